@@ -1,0 +1,96 @@
+//! The one error type of the crate.
+
+use std::time::Duration;
+
+/// Why a locked call did not run, or did not finish, under its lock.
+///
+/// Annotated functions return `Result<T, E>` with `E: From<LockError>`, so every
+/// variant reaches the caller as `Err(E::from(lock_error))`. The variants that
+/// concern one lock name its full Redis key (prefix included).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// No global client was installed: call [`crate::init`] at start-up.
+    #[error("no lock client is installed: call lock_runtime::init(client) at start-up")]
+    NotInitialized,
+
+    /// [`crate::init`] was called a second time; the first client stays installed.
+    #[error("a lock client is already installed: lock_runtime::init may be called once")]
+    AlreadyInitialized,
+
+    /// The lock was held by another owner for the whole `wait`.
+    #[error("timed out after {waited:?} waiting for lock `{key}`")]
+    Timeout {
+        /// The lock's key.
+        key: String,
+        /// How long the call waited.
+        waited: Duration,
+    },
+
+    /// The lock was lost while the body ran; the body was stopped there.
+    #[error("lock `{key}` was lost while held: {reason}")]
+    Lost {
+        /// The lock's key.
+        key: String,
+        /// What showed the loss.
+        reason: LossReason,
+    },
+
+    /// The backend failed (connection refused, timeout, server error) while
+    /// acquiring the lock.
+    #[error("lock `{key}`: backend error")]
+    Backend {
+        /// The lock's key.
+        key: String,
+        /// The error the backend returned.
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// The client could not connect to or talk to Redis.
+    #[error("cannot connect to Redis")]
+    Connect(#[source] redis::RedisError),
+
+    /// A key or an option was not valid at run time (for example an empty key
+    /// or a zero lease given to the programmatic form).
+    #[error("invalid lock `{key}`: {message}")]
+    Invalid {
+        /// The lock's key.
+        key: String,
+        /// What is wrong with it.
+        message: &'static str,
+    },
+}
+
+/// What showed that a held lock was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LossReason {
+    /// A renewal found the lock gone or held by another owner.
+    Taken,
+    /// The lease ran out with no successful renewal (Redis unreachable, or
+    /// `renew = false` and the body outran its lease).
+    Expired,
+}
+
+impl std::fmt::Display for LossReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LossReason::Taken => "a renewal found it gone or held by another owner",
+            LossReason::Expired => "its lease ran out before a renewal succeeded",
+        })
+    }
+}
+
+impl LockError {
+    /// The full key of the lock this error concerns, if it concerns one.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            LockError::Timeout { key, .. }
+            | LockError::Lost { key, .. }
+            | LockError::Backend { key, .. }
+            | LockError::Invalid { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,81 @@
+//! Per-call lock options: lease, wait and renewal.
+
+use std::time::Duration;
+
+/// How one call takes its lock. Fields left unset use the client's defaults
+/// (see [`crate::LockClientBuilder`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_runtime::LockOptions;
+///
+/// let options = LockOptions::new()
+///     .lease(Duration::from_secs(10))
+///     .wait(Duration::from_millis(500))
+///     .renew(false);
+/// assert_eq!(options.lease_or(Duration::from_secs(30)), Duration::from_secs(10));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockOptions {
+    lease: Option<Duration>,
+    wait: Option<Duration>,
+    renew: bool,
+}
+
+impl LockOptions {
+    /// Client defaults for lease and wait, renewal on.
+    pub const fn new() -> Self {
+        LockOptions {
+            lease: None,
+            wait: None,
+            renew: true,
+        }
+    }
+
+    /// How long the lock lives in Redis without a renewal.
+    pub const fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    /// How long to wait for a lock held by another owner; zero tries once.
+    pub const fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Some(wait);
+        self
+    }
+
+    /// Whether the watchdog renews the lease while the body runs (default
+    /// `true`). Without renewal the body is stopped with
+    /// [`LockError::Lost`](crate::LockError::Lost) when the lease runs out.
+    pub const fn renew(mut self, renew: bool) -> Self {
+        self.renew = renew;
+        self
+    }
+
+    /// The lease, or `default` when none was set.
+    pub const fn lease_or(&self, default: Duration) -> Duration {
+        match self.lease {
+            Some(lease) => lease,
+            None => default,
+        }
+    }
+
+    /// The wait, or `default` when none was set.
+    pub const fn wait_or(&self, default: Duration) -> Duration {
+        match self.wait {
+            Some(wait) => wait,
+            None => default,
+        }
+    }
+
+    /// Whether renewal is on.
+    pub const fn renews(&self) -> bool {
+        self.renew
+    }
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}

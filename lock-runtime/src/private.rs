@@ -28,5 +28,5 @@ where
     F: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
-    crate::run_locked(key, options, body)
+    crate::run_locked(fmt::format(key), options, body)
 }

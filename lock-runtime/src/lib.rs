@@ -1,29 +1,140 @@
 //! Distributed locks on Redis, as an attribute on async functions.
+//!
+//! `#[distributed_lock]` turns an async function into a critical section
+//! that holds across tasks, processes and machines: the body runs only while
+//! this process holds the lock in Redis, a watchdog renews the lease while
+//! the body runs, nested locked calls in the same task re-enter instead of
+//! deadlocking, and a dropped or panicking call releases the lock at once.
+//!
+//! ```
+//! use lock_runtime::{distributed_lock, LockClient, LockError};
+//!
+//! #[derive(Debug)]
+//! enum AppError {
+//!     Lock(LockError),
+//!     OutOfStock,
+//! }
+//!
+//! impl From<LockError> for AppError {
+//!     fn from(e: LockError) -> Self {
+//!         AppError::Lock(e)
+//!     }
+//! }
+//!
+//! #[distributed_lock(key = "order:<id>", lease = "30s")]
+//! async fn deduct(id: u64, qty: u32) -> Result<u32, AppError> {
+//!     // Read, check and write the stock: no other holder of
+//!     // `lock:order:<id>` runs this at the same time.
+//!     if qty > 10 {
+//!         return Err(AppError::OutOfStock);
+//!     }
+//!     Ok(10 - qty)
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), AppError> {
+//!     // Once, at start-up. `LockClient::connect("redis://127.0.0.1/").await?`
+//!     // for Redis; the embedded backend needs nothing.
+//!     lock_runtime::init(LockClient::in_memory())?;
+//!     assert_eq!(deduct(7, 3).await?, 7);
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Options
+//! - `key = "order:<id>"` (required): the lock's name. `<name>` is an
+//!   argument (anything `Display`), `<name.field>` a field of one,
+//!   `<self.field>` a field of the receiver. The Redis key is the client's
+//!   prefix (default `lock:`) followed by the rendered key.
+//! - `lease = "30s"`: how long the lock lives in Redis without a renewal
+//!   (default: the client's, 30 s). Durations are `250ms`, `30s`, `5m`, `1h`.
+//! - `wait = "5s"`: how long to wait for a lock that another owner holds;
+//!   `"0s"` tries once (default: the client's, 10 s). Then the call returns
+//!   [`LockError::Timeout`].
+//! - `renew = false`: do not renew; the body is stopped with
+//!   [`LockError::Lost`] when the lease runs out (default `true`).
+//! - `crate = "path"`: where this crate is, if it was renamed.
+//!
+//! The function must be `async` and return `Result<T, E>` with
+//! `E: From<LockError>`; lock failures come back as `Err(E::from(error))`
+//! and the body never runs without the lock.
+//!
+//! # How it works
+//! - A lock is a Redis hash at `prefix + key`: field = owner id, value =
+//!   hold count, with a `PEXPIRE` lease. Taking, releasing and renewing are
+//!   each one Lua script (loaded once, called by `EVALSHA`).
+//! - Ownership is the extent of the body: a locked call made inside a
+//!   locked body (same task) on the same key re-enters with no round trip; a
+//!   spawned task is another owner.
+//! - A waiter subscribes to the lock's release channel and retries when the
+//!   holder's release publishes, or when the holder's lease runs out; one
+//!   waiter is woken per release, in arrival order.
+//! - One watchdog task per client renews every held lock at a third of its
+//!   lease, batching locks into one script call. A renewal that finds the lock
+//!   gone, or a lease that runs out with no successful renewal, stops the body
+//!   with [`LockError::Lost`].
 #![warn(missing_docs)]
 
+mod backend;
+mod client;
 mod error;
+mod global;
+mod held;
+mod io;
+mod locking;
 mod options;
+mod ownership;
+mod private;
+mod wakeup;
+mod watchdog;
 
 #[doc(hidden)]
 pub mod __private {
     pub use crate::private::*;
 }
-mod private;
 
+pub use client::{LockClient, LockClientBuilder};
 pub use error::{LockError, LossReason};
+pub use global::{client, init};
+/// Runs an async function under a distributed lock; see the
+/// [crate documentation](crate) for the options.
 pub use lock_macros::distributed_lock;
 pub use options::LockOptions;
 
-/// Runs `body` under the lock `key` on the global client.
+use std::future::Future;
+
+/// Runs `body` under the lock `key` on the global client: the form for code
+/// that cannot use the attribute (a closure, a key computed at run time).
+/// Same ownership, renewal and loss rules as the attribute.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_runtime::LockError> {
+/// use lock_runtime::{LockClient, LockError, LockOptions};
+/// # let _ = lock_runtime::init(LockClient::in_memory());
+///
+/// let account = "acct-1";
+/// let key = format!("account:{account}");
+/// let balance = lock_runtime::run_locked(&key, LockOptions::new(), async {
+///     Ok::<_, LockError>(100)
+/// })
+/// .await?;
+/// assert_eq!(balance, 100);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+/// As [`LockClient::run_locked`], and [`LockError::NotInitialized`] before
+/// [`init`].
 pub fn run_locked<T, E, F>(
-    key: impl std::fmt::Display,
+    key: &str,
     options: LockOptions,
     body: F,
-) -> impl std::future::Future<Output = Result<T, E>>
+) -> impl Future<Output = Result<T, E>>
 where
-    F: std::future::Future<Output = Result<T, E>>,
+    F: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
-    let _ = (key.to_string(), options);
-    async move { body.await }
+    private::run_locked(format_args!("{key}"), options, body)
 }

@@ -28,5 +28,12 @@ where
     F: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
-    crate::run_locked(fmt::format(key), options, body)
+    let client = crate::client();
+    let key = client.as_ref().ok().map(|c| c.full_key(key));
+    async move {
+        match (client, key) {
+            (Ok(client), Some(key)) => crate::locking::run(client, key, options, body).await,
+            _ => Err(E::from(LockError::NotInitialized)),
+        }
+    }
 }

@@ -1,0 +1,83 @@
+//! The embedded backend: the same lock semantics inside one process.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use super::{Acquire, Release, RenewItem};
+
+struct Entry {
+    owner: Box<str>,
+    count: u32,
+    expires: Instant,
+}
+
+/// Locks in a map; an entry past its expiry counts as absent.
+#[derive(Clone, Default)]
+pub(crate) struct MemoryBackend {
+    locks: Arc<Mutex<HashMap<Box<str>, Entry>>>,
+}
+
+impl MemoryBackend {
+    fn with<R>(&self, f: impl FnOnce(&mut HashMap<Box<str>, Entry>) -> R) -> R {
+        f(&mut self.locks.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    pub(crate) fn acquire(&self, key: &str, owner: &str, lease: Duration) -> Acquire {
+        let now = Instant::now();
+        self.with(|locks| match locks.get_mut(key) {
+            Some(e) if e.expires > now && &*e.owner != owner => {
+                Acquire::Held(Some(e.expires - now))
+            }
+            Some(e) if e.expires > now => {
+                e.count += 1;
+                e.expires = now + lease;
+                Acquire::Acquired
+            }
+            _ => {
+                let entry = Entry {
+                    owner: owner.into(),
+                    count: 1,
+                    expires: now + lease,
+                };
+                locks.insert(key.into(), entry);
+                Acquire::Acquired
+            }
+        })
+    }
+
+    pub(crate) fn release(&self, key: &str, owner: &str) -> Release {
+        let now = Instant::now();
+        self.with(|locks| match locks.get_mut(key) {
+            Some(e) if e.expires > now && &*e.owner == owner => {
+                e.count -= 1;
+                if e.count > 0 {
+                    return Release::StillHeld;
+                }
+                locks.remove(key);
+                Release::Freed
+            }
+            Some(e) if e.expires <= now => {
+                locks.remove(key);
+                Release::NotHeld
+            }
+            _ => Release::NotHeld,
+        })
+    }
+
+    pub(crate) fn renew(&self, items: &[RenewItem<'_>]) -> Vec<bool> {
+        let now = Instant::now();
+        self.with(|locks| {
+            items
+                .iter()
+                .map(|item| match locks.get_mut(item.key) {
+                    Some(e) if e.expires > now && &*e.owner == item.owner => {
+                        e.expires = now + item.lease;
+                        true
+                    }
+                    _ => false,
+                })
+                .collect()
+        })
+    }
+}

@@ -1,0 +1,130 @@
+//! One Redis node: locks as hashes, decided by Lua scripts called by EVALSHA.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, ProtocolVersion, PushInfo, RedisError, Script, Value};
+
+use super::{millis, Acquire, Release, RenewItem};
+
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
+static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/renew.lua")));
+
+/// How the backend connects.
+pub(crate) struct RedisConfig {
+    pub connect_timeout: Duration,
+    pub command_timeout: Duration,
+}
+
+/// Two self-reconnecting connections: one for the scripts, one (RESP3) that
+/// carries the subscriptions to release channels and resubscribes after a
+/// reconnect.
+#[derive(Clone)]
+pub(crate) struct RedisBackend {
+    commands: ConnectionManager,
+    pubsub: ConnectionManager,
+    /// Sent with each release, so this client can skip its own releases.
+    client_id: Arc<str>,
+}
+
+impl RedisBackend {
+    /// Connects both connections. `on_push` sees every pub/sub message and
+    /// every disconnection of the subscription connection.
+    pub(crate) async fn connect(
+        url: &str,
+        config: &RedisConfig,
+        client_id: Arc<str>,
+        on_push: impl Fn(PushInfo) + Send + Sync + 'static,
+    ) -> Result<Self, RedisError> {
+        let client = Client::open(url)?;
+        let info = client.get_connection_info().clone();
+        let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+        let pubsub_client = Client::open(info.set_redis_settings(settings))?;
+
+        let base = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_response_timeout(Some(config.command_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(1));
+        let pubsub_config = base
+            .clone()
+            .set_push_sender(move |info: PushInfo| {
+                on_push(info);
+                Ok::<(), std::convert::Infallible>(())
+            })
+            .set_automatic_resubscription();
+
+        let (commands, pubsub) = tokio::try_join!(
+            ConnectionManager::new_with_config(client, base),
+            ConnectionManager::new_with_config(pubsub_client, pubsub_config),
+        )?;
+        Ok(RedisBackend {
+            commands,
+            pubsub,
+            client_id,
+        })
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Acquire, RedisError> {
+        let ttl: Option<i64> = ACQUIRE
+            .key(key)
+            .arg(owner)
+            .arg(millis(lease))
+            .invoke_async(&mut self.commands.clone())
+            .await?;
+        Ok(match ttl {
+            None => Acquire::Acquired,
+            Some(ms) if ms >= 0 => Acquire::Held(Some(Duration::from_millis(ms as u64))),
+            Some(_) => Acquire::Held(None),
+        })
+    }
+
+    pub(crate) async fn release(&self, key: &str, owner: &str) -> Result<Release, RedisError> {
+        let freed: i64 = RELEASE
+            .key(key)
+            .arg(owner)
+            .arg(&*self.client_id)
+            .invoke_async(&mut self.commands.clone())
+            .await?;
+        Ok(match freed {
+            1 => Release::Freed,
+            0 => Release::StillHeld,
+            _ => Release::NotHeld,
+        })
+    }
+
+    pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<bool>, RedisError> {
+        let mut call = RENEW.prepare_invoke();
+        for item in items {
+            call.key(item.key).arg(item.owner).arg(millis(item.lease));
+        }
+        let renewed: Vec<i64> = call.invoke_async(&mut self.commands.clone()).await?;
+        Ok(renewed.into_iter().map(|r| r == 1).collect())
+    }
+
+    pub(crate) async fn subscribe(&self, key: &str) -> Result<(), RedisError> {
+        self.pubsub.clone().subscribe(key).await
+    }
+
+    pub(crate) async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
+        self.pubsub.clone().unsubscribe(key).await
+    }
+}
+
+/// The channel and payload of a pub/sub message, if `info` is one.
+pub(crate) fn message(info: &PushInfo) -> Option<(&[u8], &[u8])> {
+    if info.kind != redis::PushKind::Message {
+        return None;
+    }
+    match info.data.as_slice() {
+        [Value::BulkString(channel), Value::BulkString(payload)] => Some((channel, payload)),
+        _ => None,
+    }
+}

@@ -1,0 +1,312 @@
+//! The client: one backend, its background thread, its watchdog and waiters.
+
+use std::collections::HashSet;
+use std::fmt::{self, Write as _};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use crate::backend::memory::MemoryBackend;
+use crate::backend::redis::{self as redis_backend, RedisBackend, RedisConfig};
+use crate::backend::Backend;
+use crate::io::Io;
+use crate::wakeup::Waiters;
+use crate::watchdog::{self, Registry};
+use crate::{LockError, LockOptions};
+
+/// A handle to one lock backend: cheap to clone, shared by all its clones.
+///
+/// Create one at start-up with [`LockClient::connect`] (Redis) or
+/// [`LockClient::in_memory`] (this process only), or with
+/// [`LockClient::builder`] to change the defaults, and install it with
+/// [`crate::init`] for the attribute to use.
+///
+/// Each client owns a small background thread that runs its watchdog, the
+/// drivers of its two Redis connections and the releases of locks whose
+/// futures were dropped. It stops when the last clone is dropped.
+#[derive(Clone)]
+pub struct LockClient {
+    pub(crate) inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    /// A random id, the prefix of every owner id of this client.
+    pub id: Arc<str>,
+    owners: AtomicU64,
+    lock_ids: AtomicU64,
+    pub prefix: Box<str>,
+    pub lease: Duration,
+    pub wait: Duration,
+    pub backend: Backend,
+    pub waiters: Arc<Waiters>,
+    pub registry: Arc<Registry>,
+    /// Keys whose release channel is subscribed, guarded so that a subscribe
+    /// and an unsubscribe of one key never cross.
+    pub subscribed: tokio::sync::Mutex<HashSet<Box<str>>>,
+    pub io: Io,
+}
+
+impl fmt::Debug for LockClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let backend = match self.inner.backend {
+            Backend::Redis(_) => "redis",
+            Backend::Memory(_) => "memory",
+        };
+        f.debug_struct("LockClient")
+            .field("id", &self.inner.id)
+            .field("backend", &backend)
+            .field("prefix", &self.inner.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Options of a [`LockClient`], with their defaults.
+#[derive(Debug, Clone)]
+pub struct LockClientBuilder {
+    prefix: String,
+    lease: Duration,
+    wait: Duration,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+}
+
+impl Default for LockClientBuilder {
+    fn default() -> Self {
+        LockClientBuilder {
+            prefix: "lock:".into(),
+            lease: Duration::from_secs(30),
+            wait: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(5),
+            command_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl LockClientBuilder {
+    /// The text put before every rendered key to form the Redis key
+    /// (default `"lock:"`).
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The lease of locks that do not set one (default 30 s).
+    pub fn default_lease(mut self, lease: Duration) -> Self {
+        self.lease = lease;
+        self
+    }
+
+    /// How long locks that do not set `wait` wait for a held lock
+    /// (default 10 s).
+    pub fn default_wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// How long connecting (and reconnecting) to Redis may take (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// How long one Redis command may take before it fails (default 2 s).
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// Connects to one Redis node: `redis://host:port/db`, `rediss://...`
+    /// (TLS, when the redis crate is built with a TLS feature) or
+    /// `unix:///path/to/redis.sock`. Needs Redis 6 or later (RESP3 carries
+    /// the release notifications).
+    ///
+    /// # Errors
+    /// [`LockError::Connect`] when the URL is invalid or Redis cannot be
+    /// reached within the connect timeout.
+    pub async fn connect(self, url: &str) -> Result<LockClient, LockError> {
+        let io = Io::start().map_err(|e| LockError::Connect(e.into()))?;
+        let id = new_client_id();
+        let waiters = Arc::new(Waiters::default());
+        let config = RedisConfig {
+            connect_timeout: self.connect_timeout,
+            command_timeout: self.command_timeout,
+        };
+        let on_push = {
+            let waiters = waiters.clone();
+            let id = id.clone();
+            move |info: redis::PushInfo| {
+                if info.kind == redis::PushKind::Disconnection {
+                    // Releases published while disconnected are lost: let
+                    // every waiter try again.
+                    waiters.wake_all();
+                } else if let Some((channel, sender)) = redis_backend::message(&info) {
+                    // This client's own releases woke its waiters already.
+                    if sender != id.as_bytes() {
+                        waiters.wake_one(channel);
+                    }
+                }
+            }
+        };
+        let url = url.to_owned();
+        let connect_id = id.clone();
+        let connecting = io.spawn(async move {
+            let connecting = RedisBackend::connect(&url, &config, connect_id, on_push);
+            match tokio::time::timeout(config.connect_timeout, connecting).await {
+                Ok(result) => result,
+                Err(_) => Err(redis::RedisError::from((
+                    redis::ErrorKind::Io,
+                    "connect timed out",
+                ))),
+            }
+        });
+        let backend = match connecting.await {
+            Ok(result) => result.map_err(LockError::Connect)?,
+            Err(join) => {
+                let message = if join.is_panic() { "connect panicked" } else { "connect cancelled" };
+                return Err(LockError::Connect(redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    message,
+                ))));
+            }
+        };
+        Ok(self.finish(id, Backend::Redis(backend), waiters, io))
+    }
+
+    /// The embedded backend: the same semantics inside this process.
+    ///
+    /// # Panics
+    /// If the operating system refuses to start the client's background
+    /// thread.
+    pub fn in_memory(self) -> LockClient {
+        let io = Io::start().expect("lock-runtime: cannot start the client's background thread");
+        let backend = Backend::Memory(MemoryBackend::default());
+        self.finish(new_client_id(), backend, Arc::new(Waiters::default()), io)
+    }
+
+    fn finish(self, id: Arc<str>, backend: Backend, waiters: Arc<Waiters>, io: Io) -> LockClient {
+        let registry = Registry::new();
+        io.spawn(watchdog::run(registry.clone(), backend.clone()));
+        let inner = Arc::new(Inner {
+            id,
+            owners: AtomicU64::new(0),
+            lock_ids: AtomicU64::new(0),
+            prefix: self.prefix.into(),
+            lease: self.lease,
+            wait: self.wait,
+            backend,
+            waiters,
+            registry,
+            subscribed: tokio::sync::Mutex::new(HashSet::new()),
+            io,
+        });
+        let weak = Arc::downgrade(&inner);
+        inner.waiters.on_idle(move |key| unsubscribe_later(&weak, key));
+        LockClient { inner }
+    }
+}
+
+/// Drops the release subscription of `key` in the background once nobody
+/// waits on it.
+fn unsubscribe_later(client: &Weak<Inner>, key: Box<str>) {
+    let Some(inner) = client.upgrade() else {
+        return;
+    };
+    if !matches!(inner.backend, Backend::Redis(_)) {
+        return;
+    }
+    let task = inner.clone();
+    inner.io.spawn(async move {
+        let mut subscribed = task.subscribed.lock().await;
+        if task.waiters.is_idle(&key) && subscribed.remove(&key) {
+            if let Err(error) = task.backend.unwatch_releases(&key).await {
+                tracing::debug!(%error, key = &*key, "unsubscribe failed");
+            }
+        }
+    });
+}
+
+fn new_client_id() -> Arc<str> {
+    uuid::Uuid::new_v4().simple().to_string().into()
+}
+
+impl LockClient {
+    /// A builder to change the key prefix, default lease and wait, and the
+    /// timeouts.
+    pub fn builder() -> LockClientBuilder {
+        LockClientBuilder::default()
+    }
+
+    /// Connects to one Redis node with the default options; see
+    /// [`LockClientBuilder::connect`].
+    ///
+    /// # Errors
+    /// [`LockError::Connect`] when the URL is invalid or Redis cannot be
+    /// reached within the connect timeout.
+    pub async fn connect(url: &str) -> Result<LockClient, LockError> {
+        Self::builder().connect(url).await
+    }
+
+    /// The embedded backend with the default options; see
+    /// [`LockClientBuilder::in_memory`].
+    pub fn in_memory() -> LockClient {
+        Self::builder().in_memory()
+    }
+
+    /// Runs `body` while holding the lock `key` (the prefix is added), with
+    /// the same ownership, renewal and loss rules as the attribute.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// use lock_runtime::{LockClient, LockError, LockOptions};
+    ///
+    /// let client = LockClient::in_memory();
+    /// let user = 42;
+    /// let n = client
+    ///     .run_locked(&format!("user:{user}"), LockOptions::new(), async {
+    ///         Ok::<_, LockError>(1)
+    ///     })
+    ///     .await?;
+    /// assert_eq!(n, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// `Err(E::from(e))` for every [`LockError`] `e`: the lock was not taken
+    /// within `wait` ([`LockError::Timeout`]), the backend failed, or the lock
+    /// was lost while `body` ran ([`LockError::Lost`]; `body` was dropped
+    /// there). Otherwise what `body` returned.
+    pub async fn run_locked<T, E, F>(&self, key: &str, options: LockOptions, body: F) -> Result<T, E>
+    where
+        F: std::future::Future<Output = Result<T, E>>,
+        E: From<LockError>,
+    {
+        let key = self.full_key(format_args!("{key}"));
+        crate::locking::run(self, key, options, body).await
+    }
+
+    /// How many locks this client's watchdog is renewing now.
+    pub fn renewing(&self) -> usize {
+        self.inner.registry.len()
+    }
+
+    /// The backend key for a rendered key: the prefix, then the key.
+    pub(crate) fn full_key(&self, key: fmt::Arguments<'_>) -> String {
+        let prefix = &*self.inner.prefix;
+        let mut full = String::with_capacity(prefix.len() + 32);
+        full.push_str(prefix);
+        // Writing to a String cannot fail.
+        let _ = full.write_fmt(key);
+        full
+    }
+
+    pub(crate) fn new_owner(&self) -> Arc<str> {
+        let n = self.inner.owners.fetch_add(1, Ordering::Relaxed);
+        format!("{}:{n}", self.inner.id).into()
+    }
+
+    pub(crate) fn new_lock_id(&self) -> u64 {
+        self.inner.lock_ids.fetch_add(1, Ordering::Relaxed)
+    }
+}

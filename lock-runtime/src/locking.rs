@@ -1,0 +1,194 @@
+//! One locked call: re-enter or acquire (waiting for wake-ups), run the body
+//! while watching for loss, release.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::{Acquire, Release};
+use crate::held::HeldLock;
+use crate::{ownership, LockClient, LockError, LockOptions};
+
+/// How long a waiter sleeps when the holder's lock has no expiry (someone
+/// changed the key by hand), before it tries again.
+const NO_TTL_RETRY: Duration = Duration::from_millis(100);
+
+/// Runs `body` under the lock `key` (a full backend key) of `client`.
+pub(crate) async fn run<T, E, F>(
+    client: &LockClient,
+    key: String,
+    options: LockOptions,
+    body: F,
+) -> Result<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+    E: From<LockError>,
+{
+    let inner = &client.inner;
+    if let Some(held) = ownership::held(&inner.id, &key) {
+        return watch(&held, body).await;
+    }
+    if key.len() == inner.prefix.len() {
+        return Err(E::from(LockError::Invalid {
+            key,
+            message: "the key is empty",
+        }));
+    }
+    let lease = options.lease_or(inner.lease);
+    if lease < Duration::from_millis(1) {
+        return Err(E::from(LockError::Invalid {
+            key,
+            message: "the lease must be at least 1 ms",
+        }));
+    }
+    let wait = options.wait_or(inner.wait);
+    let owner = ownership::current_owner().unwrap_or_else(|| client.new_owner());
+    let held = Arc::new(acquire(client, key, owner, lease, wait).await?);
+    let guard = ReleaseGuard {
+        client,
+        held: held.clone(),
+        armed: true,
+    };
+    if options.renews() {
+        inner.registry.register(held.clone());
+    }
+    let result = ownership::enter(inner.id.clone(), held.clone(), watch(&held, body)).await;
+    guard.release().await;
+    result
+}
+
+/// Polls `body` until it ends or the lock is lost, whichever comes first.
+async fn watch<T, E, F>(held: &HeldLock, body: F) -> Result<T, E>
+where
+    F: Future<Output = Result<T, E>>,
+    E: From<LockError>,
+{
+    tokio::select! {
+        biased;
+        reason = held.lost() => Err(E::from(LockError::Lost {
+            key: held.key.to_string(),
+            reason,
+        })),
+        result = body => result,
+    }
+}
+
+/// Takes the lock, waiting up to `wait` for wake-ups from releases or for the
+/// holder's lease to run out.
+async fn acquire(
+    client: &LockClient,
+    key: String,
+    owner: Arc<str>,
+    lease: Duration,
+    wait: Duration,
+) -> Result<HeldLock, LockError> {
+    let inner = &client.inner;
+    let start = Instant::now();
+    let held = |key: String, owner: Arc<str>, sent: Instant| {
+        HeldLock::new(client.new_lock_id(), key.into(), owner, lease, sent)
+    };
+    let failed = |key: &str, source| LockError::Backend {
+        key: key.to_owned(),
+        source,
+    };
+
+    match inner.backend.acquire(&key, &owner, lease).await {
+        Ok(Acquire::Acquired) => return Ok(held(key, owner, start)),
+        Ok(Acquire::Held(_)) if wait.is_zero() => {
+            return Err(LockError::Timeout {
+                key,
+                waited: start.elapsed(),
+            })
+        }
+        Ok(Acquire::Held(_)) => {}
+        Err(source) => return Err(failed(&key, source)),
+    }
+
+    let deadline = start + wait;
+    let ticket = inner.waiters.join(&key);
+    if let Err(source) = subscribe(client, &key).await {
+        return Err(failed(&key, source));
+    }
+    loop {
+        // Queue for a wake-up before trying, so a release in between counts.
+        let notified = ticket.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let sent = Instant::now();
+        let outcome = inner.backend.acquire(&key, &owner, lease).await;
+        ticket.set_woken(false);
+        let ttl = match outcome {
+            Ok(Acquire::Acquired) => return Ok(held(key, owner, sent)),
+            Ok(Acquire::Held(ttl)) => ttl,
+            Err(source) => return Err(failed(&key, source)),
+        };
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(LockError::Timeout {
+                key,
+                waited: now - start,
+            });
+        }
+        let retry = ttl.unwrap_or(NO_TTL_RETRY).max(Duration::from_millis(1));
+        tokio::select! {
+            () = &mut notified => ticket.set_woken(true),
+            () = tokio::time::sleep_until((now + retry).min(deadline)) => {}
+        }
+    }
+}
+
+/// Makes sure releases of `key` by other clients wake this one.
+async fn subscribe(client: &LockClient, key: &str) -> Result<(), redis::RedisError> {
+    let inner = &client.inner;
+    let mut subscribed = inner.subscribed.lock().await;
+    if !subscribed.contains(key) {
+        inner.backend.watch_releases(key).await?;
+        subscribed.insert(key.into());
+    }
+    Ok(())
+}
+
+/// Releases the lock: awaited when the body ends, in the background when the
+/// call is dropped (cancelled, panicked) or the lock is known lost.
+struct ReleaseGuard<'a> {
+    client: &'a LockClient,
+    held: Arc<HeldLock>,
+    armed: bool,
+}
+
+impl ReleaseGuard<'_> {
+    async fn release(mut self) {
+        self.client.inner.registry.unregister(self.held.id);
+        if self.held.is_lost() {
+            // Redis may be unreachable: do not make the caller wait for it.
+            return;
+        }
+        release(self.client, &self.held).await;
+        self.armed = false;
+    }
+}
+
+impl Drop for ReleaseGuard<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        self.client.inner.registry.unregister(self.held.id);
+        let client = self.client.clone();
+        let held = self.held.clone();
+        self.client.inner.io.spawn(async move { release(&client, &held).await });
+    }
+}
+
+async fn release(client: &LockClient, held: &HeldLock) {
+    let inner = &client.inner;
+    match inner.backend.release(&held.key, &held.owner).await {
+        Ok(Release::Freed) => inner.waiters.wake_one(held.key.as_bytes()),
+        Ok(Release::StillHeld | Release::NotHeld) => {}
+        Err(error) => {
+            tracing::warn!(%error, key = &*held.key, "release failed; the lock expires with its lease");
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! One task per client renews every held lock at a third of its lease.
+//!
+//! Locks due within a short window of each other are renewed together by one
+//! script call, so a client holding many locks with the same lease sends one
+//! command per period, not one per lock. A renewal that finds a lock gone or
+//! taken marks it lost at once; a renewal that fails (Redis down or slow) is
+//! retried until the lock's validity runs out, which the body's watcher
+//! reports as lost.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::backend::{Backend, RenewItem};
+use crate::held::HeldLock;
+use crate::LossReason;
+
+/// The most locks renewed by one script call.
+const BATCH: usize = 512;
+
+/// The locks that the watchdog renews.
+pub(crate) struct Registry {
+    locks: Mutex<HashMap<u64, Arc<HeldLock>>>,
+    /// When the task will wake next, in ms after `epoch` (`u64::MAX` while
+    /// it is awake).
+    wake_at_ms: AtomicU64,
+    epoch: Instant,
+    changed: Notify,
+}
+
+impl Registry {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Registry {
+            locks: Mutex::new(HashMap::new()),
+            wake_at_ms: AtomicU64::new(u64::MAX),
+            epoch: Instant::now(),
+            changed: Notify::new(),
+        })
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut HashMap<u64, Arc<HeldLock>>) -> R) -> R {
+        f(&mut self.locks.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn ms(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Starts renewing `held`; wakes the task only if it sleeps past the
+    /// lock's first renewal.
+    pub(crate) fn register(&self, held: Arc<HeldLock>) {
+        let due = self.ms(held.next_renewal());
+        self.with(|locks| locks.insert(held.id, held));
+        if due < self.wake_at_ms.load(Ordering::Acquire) {
+            self.changed.notify_one();
+        }
+    }
+
+    /// Stops renewing the lock `id`.
+    pub(crate) fn unregister(&self, id: u64) {
+        self.with(|locks| locks.remove(&id));
+    }
+
+    /// How many locks are being renewed.
+    pub(crate) fn len(&self) -> usize {
+        self.with(|locks| locks.len())
+    }
+
+    /// The locks due for renewal by `horizon`, and the earliest renewal after it.
+    fn due(&self, horizon: Instant) -> (Vec<Arc<HeldLock>>, Option<Instant>) {
+        self.with(|locks| {
+            let mut due = Vec::new();
+            let mut next: Option<Instant> = None;
+            for held in locks.values() {
+                let at = held.next_renewal();
+                if at <= horizon {
+                    due.push(held.clone());
+                } else if next.is_none_or(|n| at < n) {
+                    next = Some(at);
+                }
+            }
+            (due, next)
+        })
+    }
+}
+
+/// Runs until the client's background runtime stops.
+pub(crate) async fn run(registry: Arc<Registry>, backend: Backend) {
+    loop {
+        let now = Instant::now();
+        // Renew what is due now, and what falls due within a short window,
+        // so locks taken close together share one call.
+        let (due, next) = registry.due(now + Duration::from_millis(20));
+        if !due.is_empty() {
+            renew(&registry, &backend, &due).await;
+            continue;
+        }
+        let wake = next.unwrap_or(now + Duration::from_secs(3600));
+        registry
+            .wake_at_ms
+            .store(registry.ms(wake), Ordering::Release);
+        tokio::select! {
+            () = tokio::time::sleep_until(wake) => {}
+            () = registry.changed.notified() => {}
+        }
+        // Awake: any registration from now until the next sleep notifies,
+        // leaving a permit, so none is missed.
+        registry.wake_at_ms.store(u64::MAX, Ordering::Release);
+    }
+}
+
+async fn renew(registry: &Registry, backend: &Backend, due: &[Arc<HeldLock>]) {
+    for batch in due.chunks(BATCH) {
+        let items: Vec<RenewItem<'_>> = batch
+            .iter()
+            .map(|h| RenewItem {
+                key: &h.key,
+                owner: &h.owner,
+                lease: h.lease,
+            })
+            .collect();
+        let sent = Instant::now();
+        match backend.renew(&items).await {
+            Ok(renewed) => {
+                for (held, ok) in batch.iter().zip(renewed) {
+                    if ok {
+                        held.renewed(sent);
+                    } else {
+                        tracing::warn!(key = &*held.key, "lock lost: renewal found it gone");
+                        registry.unregister(held.id);
+                        held.lose(LossReason::Taken);
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, locks = batch.len(), "lock renewal failed; retrying");
+                for held in batch {
+                    let retry = (held.renew_interval() / 3).max(Duration::from_millis(10));
+                    held.schedule_renewal(Instant::now() + retry);
+                }
+            }
+        }
+    }
+}

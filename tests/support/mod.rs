@@ -1,0 +1,316 @@
+//! Test support: a real `redis-server` of our own, on a unix socket in a
+//! temporary directory, stopped by its pid.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// A private directory under the system temp dir, removed on drop.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let path = std::env::temp_dir().join(format!("lock-{tag}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).expect("create temp dir");
+        TempDir(path)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A redis-server process listening on a unix socket only.
+pub struct RedisServer {
+    child: Option<Child>,
+    dir: TempDir,
+    socket: PathBuf,
+}
+
+impl RedisServer {
+    /// Starts a server and waits until it answers PING.
+    pub fn start() -> RedisServer {
+        let dir = TempDir::new("redis");
+        let socket = dir.path().join("redis.sock");
+        let mut server = RedisServer {
+            child: None,
+            dir,
+            socket,
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", "0", "--save", "", "--appendonly", "no"])
+            .arg("--unixsocket")
+            .arg(&self.socket)
+            .args(["--unixsocketperm", "700"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (scripts/test.sh installs it)");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(mut con) = self.try_connection() {
+                if redis::cmd("PING").query::<String>(&mut con).is_ok() {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("redis-server did not answer within 10 s");
+    }
+
+    fn try_connection(&self) -> redis::RedisResult<redis::Connection> {
+        redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(2))
+    }
+
+    /// The URL of the server's socket.
+    pub fn url(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    /// A plain synchronous connection, to look at what the locks wrote.
+    pub fn connection(&self) -> redis::Connection {
+        self.try_connection().expect("connect to test redis")
+    }
+
+    /// Stops the server (SIGKILL by pid) and waits for it to exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+
+    /// Starts the server again on the same socket, empty.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    /// How many times each command ran, from INFO commandstats.
+    pub fn command_calls(&self, command: &str) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut self.connection())
+            .expect("INFO commandstats");
+        let prefix = format!("cmdstat_{}:calls=", command.to_lowercase());
+        info.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Resets INFO commandstats.
+    pub fn reset_stats(&self) {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut self.connection())
+            .expect("CONFIG RESETSTAT");
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Runs `f` until it returns true, up to `limit`; whether it did.
+pub async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if f() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Which backend a behaviour test runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Memory,
+    Redis,
+}
+
+/// A client on one backend, and the server behind it (for Redis).
+pub struct Env {
+    pub kind: Kind,
+    pub client: lock_runtime::LockClient,
+    pub server: Option<RedisServer>,
+}
+
+impl Env {
+    /// A client with default options on a fresh backend.
+    pub async fn new(kind: Kind) -> Env {
+        Env::with(kind, lock_runtime::LockClient::builder()).await
+    }
+
+    /// A client built from `builder` on a fresh backend.
+    pub async fn with(kind: Kind, builder: lock_runtime::LockClientBuilder) -> Env {
+        match kind {
+            Kind::Memory => Env {
+                kind,
+                client: builder.in_memory(),
+                server: None,
+            },
+            Kind::Redis => {
+                let server = RedisServer::start();
+                let client = builder.connect(&server.url()).await.expect("connect");
+                Env {
+                    kind,
+                    client,
+                    server: Some(server),
+                }
+            }
+        }
+    }
+
+    /// A second client on the same backend (another process, as far as the
+    /// locks can tell), for Redis; the same client for memory.
+    pub async fn other_client(&self) -> lock_runtime::LockClient {
+        match &self.server {
+            Some(server) => lock_runtime::LockClient::connect(&server.url())
+                .await
+                .expect("connect"),
+            None => self.client.clone(),
+        }
+    }
+
+    /// Whether the lock `key` (full key) exists in the backend: read from
+    /// Redis, or probed with a zero-wait acquire on memory.
+    pub async fn is_locked(&self, key: &str) -> bool {
+        match &self.server {
+            Some(server) => {
+                let exists: bool = redis::cmd("EXISTS")
+                    .arg(key)
+                    .query(&mut server.connection())
+                    .expect("EXISTS");
+                exists
+            }
+            None => {
+                let short = key.strip_prefix("lock:").expect("default prefix");
+                let options = lock_runtime::LockOptions::new().wait(Duration::ZERO);
+                let probe = tokio::spawn({
+                    let client = self.client.clone();
+                    let short = short.to_owned();
+                    async move {
+                        client
+                            .run_locked(&short, options, async { Ok::<_, lock_runtime::LockError>(()) })
+                            .await
+                    }
+                });
+                matches!(
+                    probe.await.expect("probe task"),
+                    Err(lock_runtime::LockError::Timeout { .. })
+                )
+            }
+        }
+    }
+}
+
+/// Declares one test per backend: `mod name { memory(), redis() }`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($(#[$meta:meta])* async fn $name:ident($env:ident: Env) $body:block) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            $(#[$meta])*
+            async fn run($env: $crate::support::Env) $body
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn memory() {
+                run($crate::support::Env::new($crate::support::Kind::Memory).await).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis() {
+                run($crate::support::Env::new($crate::support::Kind::Redis).await).await;
+            }
+        }
+    };
+}
+
+/// A counter updated by a non-atomic read, yield, write: correct only when
+/// the updates are serialised by a lock. In Redis for the Redis backend.
+#[derive(Clone)]
+pub enum Counter {
+    Redis(redis::aio::MultiplexedConnection, String),
+    Memory(std::sync::Arc<std::sync::atomic::AtomicU64>),
+}
+
+impl Counter {
+    pub async fn new(env: &Env, name: &str) -> Counter {
+        match &env.server {
+            Some(server) => {
+                let con = redis::Client::open(server.url())
+                    .expect("url")
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("connect");
+                Counter::Redis(con, name.to_owned())
+            }
+            None => Counter::Memory(Default::default()),
+        }
+    }
+
+    pub async fn get(&mut self) -> u64 {
+        match self {
+            Counter::Redis(con, key) => {
+                let v: Option<u64> = redis::cmd("GET").arg(&*key).query_async(con).await.expect("GET");
+                v.unwrap_or(0)
+            }
+            Counter::Memory(v) => v.load(std::sync::atomic::Ordering::SeqCst),
+        }
+    }
+
+    pub async fn set(&mut self, value: u64) {
+        match self {
+            Counter::Redis(con, key) => {
+                let _: () = redis::cmd("SET")
+                    .arg(&*key)
+                    .arg(value)
+                    .query_async(con)
+                    .await
+                    .expect("SET");
+            }
+            Counter::Memory(v) => v.store(value, std::sync::atomic::Ordering::SeqCst),
+        }
+    }
+
+    /// Read, yield to the other tasks, write back plus one.
+    pub async fn increment_slowly(&mut self) {
+        let v = self.get().await;
+        tokio::task::yield_now().await;
+        self.set(v + 1).await;
+    }
+}

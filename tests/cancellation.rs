@@ -1,0 +1,74 @@
+//! A dropped or panicking call releases its lock at once, not at the lease.
+mod support;
+
+use std::time::Duration;
+
+use lock_runtime::{LockError, LockOptions};
+use support::Env;
+use tokio::time::Instant;
+
+/// Waits until `key` is free; how long that took.
+async fn freed_within(env: &Env, key: &str, limit: Duration) -> Duration {
+    let start = Instant::now();
+    while env.is_locked(key).await {
+        assert!(start.elapsed() < limit, "`{key}` still locked after {limit:?}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    start.elapsed()
+}
+
+on_both_backends! {
+    async fn dropping_the_future_releases_the_lock(env: Env) {
+        let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+        let client = env.client.clone();
+        let call = tokio::spawn(async move {
+            let options = LockOptions::new().lease(Duration::from_secs(30));
+            client
+                .run_locked("dropped", options, async {
+                    held_tx.send(()).expect("test alive");
+                    std::future::pending::<()>().await;
+                    Ok::<_, LockError>(())
+                })
+                .await
+        });
+        held_rx.await.expect("held");
+        assert!(env.is_locked("lock:dropped").await);
+        call.abort();
+        assert!(call.await.expect_err("aborted").is_cancelled());
+        let took = freed_within(&env, "lock:dropped", Duration::from_secs(2)).await;
+        println!("released {took:?} after the drop");
+        assert_eq!(env.client.renewing(), 0);
+    }
+}
+
+on_both_backends! {
+    async fn a_timeout_around_the_call_releases_the_lock(env: Env) {
+        let options = LockOptions::new().lease(Duration::from_secs(30));
+        let call = env.client.run_locked("timed-out", options, async {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Ok::<_, LockError>(())
+        });
+        let timed_out = tokio::time::timeout(Duration::from_millis(200), call).await;
+        assert!(timed_out.is_err());
+        freed_within(&env, "lock:timed-out", Duration::from_secs(2)).await;
+    }
+}
+
+on_both_backends! {
+    async fn a_panicking_body_releases_the_lock(env: Env) {
+        let client = env.client.clone();
+        let call = tokio::spawn(async move {
+            let options = LockOptions::new().lease(Duration::from_secs(30));
+            client
+                .run_locked("panicked", options, async {
+                    if std::hint::black_box(true) {
+                        panic!("the body fails");
+                    }
+                    Ok::<_, LockError>(())
+                })
+                .await
+        });
+        assert!(call.await.expect_err("panicked").is_panic());
+        freed_within(&env, "lock:panicked", Duration::from_secs(2)).await;
+    }
+}

@@ -1,0 +1,95 @@
+//! The attribute on a real Redis through the global client: the Redis key,
+//! the data layout, and the round trips an annotated call costs.
+mod support;
+
+use std::time::Duration;
+
+use lock_runtime::{distributed_lock, LockClient, LockError};
+use support::RedisServer;
+
+struct Orders {
+    server_url: String,
+}
+
+impl Orders {
+    #[distributed_lock(key = "order:<id>")]
+    async fn outer(&self, id: u64) -> Result<Vec<(String, u64)>, LockError> {
+        self.inner(id).await
+    }
+
+    /// Re-enters `order:<id>`: must not wait for itself (wait is zero).
+    #[distributed_lock(key = "order:<id>", wait = "0s")]
+    async fn inner(&self, id: u64) -> Result<Vec<(String, u64)>, LockError> {
+        let mut con = redis::Client::open(self.server_url.as_str())
+            .expect("url")
+            .get_connection()
+            .expect("connect");
+        let hash: Vec<(String, u64)> = redis::cmd("HGETALL")
+            .arg(format!("lock:order:{id}"))
+            .query(&mut con)
+            .expect("HGETALL");
+        Ok(hash)
+    }
+}
+
+#[distributed_lock(key = "plain:<id>")]
+async fn plain(id: u64) -> Result<u64, LockError> {
+    Ok(id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn annotated_calls_on_redis() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    lock_runtime::init(client).expect("first init");
+    let orders = Orders {
+        server_url: server.url(),
+    };
+
+    // The lock is a hash at prefix + rendered key: one owner, one hold,
+    // with a lease; the nested call re-entered without a second hold.
+    let hash = orders.outer(7).await.expect("chain");
+    assert_eq!(hash.len(), 1, "{hash:?}");
+    assert_eq!(hash[0].1, 1, "{hash:?}");
+    let exists: bool = redis::cmd("EXISTS")
+        .arg("lock:order:7")
+        .query(&mut server.connection())
+        .expect("EXISTS");
+    assert!(!exists, "released after the chain");
+
+    // Round trips: an uncontended call is exactly two EVALSHA calls
+    // (acquire, release); a nested re-entry adds none.
+    plain(1).await.expect("warm up: scripts loaded");
+    server.reset_stats();
+    assert_eq!(plain(2).await.expect("plain"), 2);
+    assert_eq!(server.command_calls("evalsha"), 2);
+    server.reset_stats();
+    orders.outer(8).await.expect("chain");
+    assert_eq!(server.command_calls("evalsha"), 2, "re-entry costs no round trip");
+    assert_eq!(server.command_calls("eval"), 0);
+
+    // A held lock is held against other processes' owners.
+    let other = LockClient::connect(&server.url()).await.expect("connect");
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel::<()>();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let holder = tokio::spawn(async move {
+        other
+            .run_locked("plain:3", Default::default(), async {
+                held_tx.send(()).expect("alive");
+                let _ = done_rx.await;
+                Ok::<_, LockError>(())
+            })
+            .await
+    });
+    held_rx.await.expect("held");
+    let blocked = tokio::time::timeout(Duration::from_millis(300), plain(3)).await;
+    assert!(blocked.is_err(), "the annotated call waits while another owner holds");
+    done_tx.send(()).expect("holder alive");
+    holder.await.expect("holder").expect("holder ok");
+    assert_eq!(plain(3).await.expect("free again"), 3);
+
+    assert!(matches!(
+        lock_runtime::init(LockClient::in_memory()),
+        Err(LockError::AlreadyInitialized)
+    ));
+}

@@ -1,8 +1,24 @@
-//! The `#[distributed_lock]` attribute. Use it through `lock-runtime`.
+//! The `#[distributed_lock]` attribute. Use it through `lock-runtime`, which
+//! re-exports it and documents its options.
+//!
+//! The attribute turns an `async fn` returning `Result<T, E>` (with
+//! `E: From<LockError>`) into one that renders its lock key from the
+//! arguments, then runs the original body under that lock. All checks that can
+//! be made at compile time (the key template, durations, the function's shape)
+//! are made here, with errors on the offending token.
+#![warn(missing_docs)]
+
+mod args;
+mod duration;
+mod expand;
+mod key;
+
 use proc_macro::TokenStream;
 
-/// See `lock_runtime::distributed_lock`.
+/// Runs the annotated `async fn` under a distributed lock.
+///
+/// See `lock_runtime::distributed_lock` for the options and an example.
 #[proc_macro_attribute]
-pub fn distributed_lock(_args: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::distributed_lock(args.into(), item.into()).into()
 }

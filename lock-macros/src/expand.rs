@@ -1,0 +1,301 @@
+//! Checks the function and generates the locked version of it.
+//!
+//! ```text
+//! Input:  #[distributed_lock(key = "order:<id>", lease = "30s")]
+//!         pub async fn pay(&self, id: u64) -> Result<(), E> { body }
+//! Output: pub async fn pay(&self, id: u64) -> Result<(), E> {
+//!             let __key = ::std::format!("order:{}", id);
+//!             let __locked = ::lock_runtime::__private::run_locked(
+//!                 ::core::format_args!("{}", __key),
+//!                 ::lock_runtime::__private::options(Some(30000), None, true),
+//!                 async move { let __ret: Result<(), E> = { body }; __ret },
+//!             );
+//!             __locked.await
+//!         }
+//! ```
+//!
+//! The key is rendered into a `String` first, borrowing the arguments, and
+//! only then does `async move` take them for the body. Passing
+//! `format_args!("order:{}", id)` straight to `run_locked` would hold a borrow
+//! of `id` while the body moves it (an error for any argument that is not
+//! `Copy`, or for `self.field` with a `self` or `&mut self` receiver), and its
+//! temporaries would make the future `!Send` if the `.await` were in the same
+//! statement. A key without placeholders skips the `String` and passes
+//! `format_args!("jobs:nightly")`.
+//!
+//! `let __ret: ReturnType = { body }` gives `?` and `return` in the body the
+//! type to convert into, as in async-trait.
+//!
+//! `__key` and `__ret` are `Span::mixed_site()`, so the body can neither see
+//! nor shadow them. `__locked` is the exception: it comes into scope after the
+//! body, so no user code can see it, and it carries the return type's span
+//! like the call, so that a missing `E: From<LockError>` is one error there
+//! rather than three at the attribute.
+
+use proc_macro2::{Literal, Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{ItemFn, ReturnType, Signature, Type};
+
+use crate::args::{Args, Errors};
+use crate::key::Key;
+
+/// The attribute's entry point. On error, the compile errors are emitted next
+/// to the unchanged function, so the rest of the crate still sees it.
+pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    let result = syn::parse2::<ItemFn>(item.clone()).and_then(|function| expand(args, function));
+    match result {
+        Ok(tokens) => tokens,
+        Err(error) => {
+            let error = error.into_compile_error();
+            quote!(#error #item)
+        }
+    }
+}
+
+/// Validates the options and the signature, then generates the function.
+fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
+    let mut errors = Errors::default();
+    let args = Args::parse(args, &mut errors);
+    let return_type = errors.keep(check_signature(&function.sig));
+    let key = args
+        .key
+        .as_ref()
+        .and_then(|lit| errors.keep(Key::resolve(lit, &function.sig)));
+    errors.finish()?;
+    let (Some(return_type), Some(key)) = (return_type, key) else {
+        unreachable!("a missing part always leaves an error");
+    };
+
+    // An `E` without `From<LockError>` fails `run_locked`'s bound, at the
+    // call, the `let` and the `.await`; spanning those on the return type,
+    // where `E` is written, gives one error, there.
+    let call_span = return_type.span();
+    let krate = match &args.krate {
+        Some((path, _)) => quote!(#path),
+        None => quote_spanned!(call_span=> ::lock_runtime),
+    };
+    let lease = millis_option(args.lease);
+    let wait = millis_option(args.wait);
+    let renew = match args.renew {
+        Some((renew, _)) => renew,
+        None => true,
+    };
+
+    let mixed = Span::mixed_site();
+    let ret = syn::Ident::new("__ret", mixed);
+    let rendered = syn::Ident::new("__key", mixed);
+    // Not mixed-site: see the module docs.
+    let locked = syn::Ident::new("__locked", call_span);
+
+    let Key {
+        format,
+        args: key_args,
+    } = key;
+    let (render, key) = if key_args.is_empty() {
+        (quote!(), quote!(::core::format_args!(#format)))
+    } else {
+        (
+            quote!(let #rendered = ::std::format!(#format, #(#key_args),*);),
+            quote!(::core::format_args!("{}", #rendered)),
+        )
+    };
+
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = function;
+    let options = quote!(#krate::__private::options(#lease, #wait, #renew));
+    let body = quote! {
+        async move {
+            let #ret: #return_type = #block;
+            #[allow(unreachable_code)]
+            #ret
+        }
+    };
+    let run = quote_spanned! {call_span=>
+        let #locked = #krate::__private::run_locked(#key, #options, #body);
+        #locked.await
+    };
+
+    Ok(quote! {
+        #(#attrs)*
+        #vis #sig {
+            #render
+            #run
+        }
+    })
+}
+
+/// Checks that the function is an `async fn`, not `const`, returning a
+/// `Result`; gives the return type.
+fn check_signature(sig: &Signature) -> syn::Result<Type> {
+    let mut errors = Errors::default();
+    if let Some(constness) = &sig.constness {
+        errors.push(syn::Error::new_spanned(
+            constness,
+            "`#[distributed_lock]` cannot be used on a `const fn`: remove `const`",
+        ));
+    }
+    if sig.asyncness.is_none() {
+        errors.push(syn::Error::new_spanned(
+            sig.fn_token,
+            "`#[distributed_lock]` needs an `async fn`, since taking the lock waits: \
+             write `async fn`",
+        ));
+    }
+    let return_type = match &sig.output {
+        ReturnType::Type(_, ty) if returns_result(ty) => Some((**ty).clone()),
+        ReturnType::Type(_, ty) => {
+            errors.push(syn::Error::new_spanned(
+                ty,
+                "`#[distributed_lock]` needs a function that returns `Result<T, E>` with \
+                 `E: From<lock_runtime::LockError>`, so that a lock failure can be returned: \
+                 change the return type to a `Result`",
+            ));
+            None
+        }
+        ReturnType::Default => {
+            errors.push(syn::Error::new(
+                sig.paren_token.span.close(),
+                "`#[distributed_lock]` needs a function that returns `Result<T, E>` with \
+                 `E: From<lock_runtime::LockError>`, so that a lock failure can be returned: \
+                 add a return type such as `-> Result<(), MyError>`",
+            ));
+            None
+        }
+    };
+    errors.finish()?;
+    Ok(return_type.expect("no error means a return type"))
+}
+
+/// Whether `ty` looks like a `Result`: a path whose last segment is `Result`
+/// or ends in it (`io::Result<T>`, `anyhow::Result<T>`, `AppResult<T>`). The
+/// compiler checks the real type; this only catches `-> u32` and the like
+/// early, with a clear message.
+fn returns_result(ty: &Type) -> bool {
+    match ty {
+        Type::Path(path) if path.qself.is_none() => path
+            .path
+            .segments
+            .last()
+            .is_some_and(|segment| segment.ident.to_string().ends_with("Result")),
+        Type::Group(group) => returns_result(&group.elem),
+        Type::Paren(paren) => returns_result(&paren.elem),
+        _ => false,
+    }
+}
+
+/// `Some(ms)` or `None`, as the runtime's `options` takes them.
+fn millis_option(value: Option<(u64, Span)>) -> TokenStream {
+    match value {
+        Some((millis, span)) => {
+            let mut literal = Literal::u64_suffixed(millis);
+            literal.set_span(span);
+            quote!(::core::option::Option::Some(#literal))
+        }
+        None => quote!(::core::option::Option::None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proc_macro2::TokenStream;
+    use quote::quote;
+
+    fn assert_expands(args: TokenStream, item: TokenStream, expected: TokenStream) {
+        let actual = super::distributed_lock(args, item);
+        assert_eq!(actual.to_string(), expected.to_string());
+    }
+
+    #[test]
+    fn method_with_placeholder() {
+        assert_expands(
+            quote!(key = "order:<id>", lease = "30s"),
+            quote! {
+                /// Pays.
+                #[inline]
+                pub async fn pay(&self, id: u64) -> Result<(), E> { body() }
+            },
+            quote! {
+                /// Pays.
+                #[inline]
+                pub async fn pay(&self, id: u64) -> Result<(), E> {
+                    let __key = ::std::format!("order:{}", id);
+                    let __locked = ::lock_runtime::__private::run_locked(
+                        ::core::format_args!("{}", __key),
+                        ::lock_runtime::__private::options(
+                            ::core::option::Option::Some(30000u64),
+                            ::core::option::Option::None,
+                            true
+                        ),
+                        async move {
+                            let __ret: Result<(), E> = { body() };
+                            #[allow(unreachable_code)]
+                            __ret
+                        }
+                    );
+                    __locked.await
+                }
+            },
+        );
+    }
+
+    #[test]
+    fn constant_key_and_every_option() {
+        assert_expands(
+            quote!(
+                key = "{jobs}",
+                wait = "0s",
+                renew = false,
+                lease = "1m30s",
+                crate = "locks"
+            ),
+            quote! {
+                async fn nightly<T: Clone>(t: T) -> io::Result<T> where T: Send { Ok(t) }
+            },
+            quote! {
+                async fn nightly<T: Clone>(t: T) -> io::Result<T> where T: Send {
+                    let __locked = locks::__private::run_locked(
+                        ::core::format_args!("{{jobs}}"),
+                        locks::__private::options(
+                            ::core::option::Option::Some(90000u64),
+                            ::core::option::Option::Some(0u64),
+                            false
+                        ),
+                        async move {
+                            let __ret: io::Result<T> = { Ok(t) };
+                            #[allow(unreachable_code)]
+                            __ret
+                        }
+                    );
+                    __locked.await
+                }
+            },
+        );
+    }
+
+    #[test]
+    fn errors_come_with_the_unchanged_function() {
+        let item = quote!(
+            fn f(id: u64) -> u64 {
+                id
+            }
+        );
+        let out = super::distributed_lock(quote!(key = "<x>", lease = "0s", y = 1), item.clone());
+        let out = out.to_string();
+        assert!(out.ends_with(&item.to_string()), "{out}");
+        // The unknown option stops the parse of options; the signature and
+        // the key are still checked.
+        for message in [
+            "unknown option `y`",
+            "needs an `async fn`",
+            "returns `Result<T, E>`",
+            "unknown placeholder `<x>`",
+        ] {
+            assert!(out.contains(message), "{message} missing from {out}");
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! Every function shape `#[distributed_lock]` supports compiles, keeps its
+//! signature, and runs its body.
+#![deny(unused, unreachable_code)]
+
+use std::fmt::Display;
+
+use lock_runtime::{distributed_lock, LockError};
+
+#[derive(Debug, thiserror::Error)]
+enum AppError {
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    #[error("bad number: {0}")]
+    Parse(#[from] std::num::ParseIntError),
+    #[error("out of stock")]
+    OutOfStock,
+}
+
+fn setup() {}
+
+#[distributed_lock(key = "order:<id>", lease = "30s", wait = "5s", renew = true)]
+async fn deduct(id: u64, qty: u32) -> Result<u32, AppError> {
+    if qty > 10 {
+        return Err(AppError::OutOfStock);
+    }
+    Ok(u32::try_from(id).unwrap() * 100 - qty)
+}
+
+#[tokio::test]
+async fn free_function() {
+    setup();
+    assert_eq!(deduct(7, 3).await.unwrap(), 697);
+    assert!(matches!(deduct(7, 11).await, Err(AppError::OutOfStock)));
+}
+
+/// `?` on another error type, an early `return`, and a body that only ends
+/// in `return`.
+#[distributed_lock(key = "parse:<text>", wait = "0s", renew = false)]
+async fn parse_positive(text: String) -> Result<i64, AppError> {
+    let n: i64 = text.trim().parse()?;
+    if n <= 0 {
+        return Ok(0);
+    }
+    return Ok(n);
+}
+
+#[tokio::test]
+async fn question_mark_and_return() {
+    setup();
+    assert_eq!(parse_positive(" 42 ".to_owned()).await.unwrap(), 42);
+    assert_eq!(parse_positive("-3".to_owned()).await.unwrap(), 0);
+    assert!(matches!(
+        parse_positive("x".to_owned()).await,
+        Err(AppError::Parse(_))
+    ));
+}
+
+struct Account {
+    id: String,
+    balance: u64,
+}
+
+impl Account {
+    /// Docs and other attributes stay on the function.
+    #[must_use = "the balance is the point"]
+    #[distributed_lock(key = "account:<self.id>")]
+    async fn balance(&self) -> Result<u64, AppError> {
+        Ok(self.balance)
+    }
+
+    #[distributed_lock(key = "account:<self.id>", lease = "1m30s")]
+    async fn deposit(&mut self, amount: u64) -> Result<u64, AppError> {
+        self.balance += amount;
+        Ok(self.balance)
+    }
+
+    /// `self` by value, its non-`Copy` field in the key and moved by the body.
+    #[distributed_lock(key = "account:<self.id>:close")]
+    async fn close(self) -> Result<String, AppError> {
+        Ok(self.id)
+    }
+}
+
+#[tokio::test]
+async fn methods() {
+    setup();
+    let mut account = Account {
+        id: "a-1".to_owned(),
+        balance: 10,
+    };
+    assert_eq!(account.balance().await.unwrap(), 10);
+    assert_eq!(account.deposit(5).await.unwrap(), 15);
+    assert_eq!(account.balance().await.unwrap(), 15);
+    assert_eq!(account.close().await.unwrap(), "a-1");
+}
+
+#[distributed_lock(key = "cache:<key>", lease = "250ms")]
+async fn store<K, V>(key: K, value: V) -> Result<(String, V), AppError>
+where
+    K: Display + Send,
+    V: Clone + Send,
+{
+    Ok((key.to_string(), value.clone()))
+}
+
+#[distributed_lock(key = "greet:<name>")]
+async fn greet(name: impl Display + Send, times: usize) -> Result<String, AppError> {
+    Ok(name.to_string().repeat(times))
+}
+
+#[distributed_lock(key = "len:<name>")]
+async fn borrowed(name: &str) -> Result<usize, AppError> {
+    Ok(name.len())
+}
+
+#[tokio::test]
+async fn generics_impl_trait_and_references() {
+    setup();
+    assert_eq!(
+        store("k", vec![1, 2]).await.unwrap(),
+        ("k".to_owned(), vec![1, 2])
+    );
+    assert_eq!(greet("ab", 2).await.unwrap(), "abab");
+    assert_eq!(borrowed("four").await.unwrap(), 4);
+}
+
+trait Inventory {
+    async fn reserve(&self, sku: u64, count: u32) -> Result<u32, AppError>;
+}
+
+struct Warehouse {
+    name: &'static str,
+}
+
+impl Inventory for Warehouse {
+    #[distributed_lock(key = "stock:<self.name>:<sku>", lease = "10s")]
+    async fn reserve(&self, sku: u64, count: u32) -> Result<u32, AppError> {
+        let _ = sku;
+        Ok(count)
+    }
+}
+
+#[tokio::test]
+async fn async_fn_in_trait_impl() {
+    setup();
+    let warehouse = Warehouse { name: "north" };
+    assert_eq!(warehouse.reserve(9, 4).await.unwrap(), 4);
+}
+
+/// An anyhow-style alias of `Result` with one parameter.
+mod aliased {
+    use lock_runtime::{distributed_lock, LockError};
+
+    #[derive(Debug)]
+    pub struct MyErr;
+
+    impl From<LockError> for MyErr {
+        fn from(_: LockError) -> Self {
+            MyErr
+        }
+    }
+
+    pub type Result<T> = std::result::Result<T, MyErr>;
+
+    #[distributed_lock(key = "job:<name>")]
+    pub async fn run(name: &str, fail: bool) -> Result<String> {
+        if fail {
+            return Err(MyErr);
+        }
+        Ok(format!("ran {name}"))
+    }
+}
+
+#[tokio::test]
+async fn result_alias() {
+    setup();
+    assert_eq!(aliased::run("nightly", false).await.unwrap(), "ran nightly");
+    assert!(aliased::run("nightly", true).await.is_err());
+}
+
+struct Customer {
+    id: u32,
+}
+
+struct Order {
+    customer: Customer,
+    lines: (u8, u8),
+}
+
+/// Field paths, tuple indices, literal braces, `mut` and a tuple pattern.
+#[distributed_lock(key = "{shop}:<order.customer.id>/<order.lines.1>:<step>")]
+async fn fields(order: Order, mut step: u32, (a, b): (u8, u8)) -> Result<u32, AppError> {
+    step += 1;
+    Ok(order.customer.id + u32::from(order.lines.0 + a + b) + step)
+}
+
+#[distributed_lock(key = "static-{}")]
+async fn constant_key() -> Result<(), AppError> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn key_templates() {
+    setup();
+    let order = Order {
+        customer: Customer { id: 100 },
+        lines: (1, 2),
+    };
+    assert_eq!(fields(order, 0, (3, 4)).await.unwrap(), 109);
+    constant_key().await.unwrap();
+}
+
+/// The runtime named through another path, as with a renamed dependency.
+mod renamed {
+    use lock_runtime as locks;
+
+    #[locks::distributed_lock(key = "renamed:<id>", crate = "locks")]
+    pub async fn run(id: u8) -> Result<u8, locks::LockError> {
+        Ok(id)
+    }
+}
+
+#[tokio::test]
+async fn crate_option() {
+    setup();
+    assert_eq!(renamed::run(5).await.unwrap(), 5);
+}
+
+#[tokio::test]
+async fn futures_are_send() {
+    setup();
+    let closing = Account {
+        id: "a-2".to_owned(),
+        balance: 0,
+    };
+    let handles = (
+        tokio::spawn(parse_positive("7".to_owned())),
+        tokio::spawn(closing.close()),
+        tokio::spawn(greet(String::from("x"), 3)),
+    );
+    assert_eq!(handles.0.await.unwrap().unwrap(), 7);
+    assert_eq!(handles.1.await.unwrap().unwrap(), "a-2");
+    assert_eq!(handles.2.await.unwrap().unwrap(), "xxx");
+}

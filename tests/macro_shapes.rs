@@ -16,7 +16,10 @@ enum AppError {
     OutOfStock,
 }
 
-fn setup() {}
+/// Installs the embedded backend once for all tests of this file.
+fn setup() {
+    let _ = lock_runtime::init(lock_runtime::LockClient::in_memory());
+}
 
 #[distributed_lock(key = "order:<id>", lease = "30s", wait = "5s", renew = true)]
 async fn deduct(id: u64, qty: u32) -> Result<u32, AppError> {

@@ -72,3 +72,21 @@ on_both_backends! {
         freed_within(&env, "lock:panicked", Duration::from_secs(2)).await;
     }
 }
+
+/// Dropped while its acquire is on the wire: the acquire may still take the
+/// lock when it reaches Redis, and the release sent after it frees it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_call_whose_acquire_is_in_flight_frees_the_lock() {
+    let env = Env::new(support::Kind::Redis).await;
+    let server = env.server.as_ref().expect("redis");
+    server.pause();
+    let options = LockOptions::new().lease(Duration::from_secs(30));
+    let call = env.client.run_locked("in-flight", options, async { Ok::<_, LockError>(()) });
+    let dropped = tokio::time::timeout(Duration::from_millis(200), call).await;
+    assert!(dropped.is_err(), "Redis is frozen: the call cannot finish");
+    server.resume();
+    // The acquire lands first, then the release.
+    let acquired = support::eventually(Duration::from_secs(5), || server.command_calls("evalsha") >= 2).await;
+    assert!(acquired, "both scripts ran after the thaw");
+    freed_within(&env, "lock:in-flight", Duration::from_secs(2)).await;
+}

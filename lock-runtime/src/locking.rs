@@ -94,7 +94,7 @@ async fn acquire(
         source,
     };
 
-    match inner.backend.acquire(&key, &owner, lease).await {
+    match attempt(client, &key, &owner, lease).await {
         Ok(Acquire::Acquired) => return Ok(held(key, owner, start)),
         Ok(Acquire::Held(_)) if wait.is_zero() => {
             return Err(LockError::Timeout {
@@ -117,7 +117,7 @@ async fn acquire(
         tokio::pin!(notified);
         notified.as_mut().enable();
         let sent = Instant::now();
-        let outcome = inner.backend.acquire(&key, &owner, lease).await;
+        let outcome = attempt(client, &key, &owner, lease).await;
         ticket.set_woken(false);
         let ttl = match outcome {
             Ok(Acquire::Acquired) => return Ok(held(key, owner, sent)),
@@ -137,6 +137,45 @@ async fn acquire(
             () = tokio::time::sleep_until((now + retry).min(deadline)) => {}
         }
     }
+}
+
+/// One acquire request. If the call is dropped while the request is in
+/// flight, the request may still take the lock in the backend: a release of
+/// this owner's hold follows it on the same connection, so the lock is not
+/// left to its lease.
+async fn attempt(
+    client: &LockClient,
+    key: &str,
+    owner: &Arc<str>,
+    lease: Duration,
+) -> Result<Acquire, redis::RedisError> {
+    struct InFlight<'a> {
+        client: &'a LockClient,
+        key: &'a str,
+        owner: &'a Arc<str>,
+        done: bool,
+    }
+    impl Drop for InFlight<'_> {
+        fn drop(&mut self) {
+            if self.done {
+                return;
+            }
+            let client = self.client.clone();
+            let (key, owner) = (self.key.to_owned(), self.owner.clone());
+            self.client.inner.io.spawn(async move {
+                let _ = client.inner.backend.release(&key, &owner).await;
+            });
+        }
+    }
+    let mut in_flight = InFlight {
+        client,
+        key,
+        owner,
+        done: false,
+    };
+    let outcome = client.inner.backend.acquire(key, owner, lease).await;
+    in_flight.done = true;
+    outcome
 }
 
 /// Makes sure releases of `key` by other clients wake this one.

@@ -104,6 +104,26 @@ impl RedisServer {
         let _ = std::fs::remove_file(&self.socket);
     }
 
+    /// Freezes the server (SIGSTOP by pid): it accepts nothing until resumed.
+    pub fn pause(&self) {
+        self.signal("-STOP");
+    }
+
+    /// Thaws a paused server (SIGCONT by pid).
+    pub fn resume(&self) {
+        self.signal("-CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("server running").id();
+        let status = Command::new("kill")
+            .arg(signal)
+            .arg(pid.to_string())
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill {signal} {pid}");
+    }
+
     /// Starts the server again on the same socket, empty.
     pub fn restart(&mut self) {
         self.stop();

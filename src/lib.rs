@@ -31,12 +31,22 @@ pub mod inventory {
         sku: &str,
         stock: u64,
     ) -> Result<(), redis::RedisError> {
-        redis::cmd("SET").arg(format!("stock:{sku}")).arg(stock).query_async(con).await
+        redis::cmd("SET")
+            .arg(format!("stock:{sku}"))
+            .arg(stock)
+            .query_async(con)
+            .await
     }
 
     /// The stock of `sku`.
-    pub async fn stock(con: &mut MultiplexedConnection, sku: &str) -> Result<u64, redis::RedisError> {
-        let stock: Option<u64> = redis::cmd("GET").arg(format!("stock:{sku}")).query_async(con).await?;
+    pub async fn stock(
+        con: &mut MultiplexedConnection,
+        sku: &str,
+    ) -> Result<u64, redis::RedisError> {
+        let stock: Option<u64> = redis::cmd("GET")
+            .arg(format!("stock:{sku}"))
+            .query_async(con)
+            .await?;
         Ok(stock.unwrap_or(0))
     }
 

@@ -65,7 +65,11 @@ async fn annotated_calls_on_redis() {
     assert_eq!(server.command_calls("evalsha"), 2);
     server.reset_stats();
     orders.outer(8).await.expect("chain");
-    assert_eq!(server.command_calls("evalsha"), 2, "re-entry costs no round trip");
+    assert_eq!(
+        server.command_calls("evalsha"),
+        2,
+        "re-entry costs no round trip"
+    );
     assert_eq!(server.command_calls("eval"), 0);
 
     // A held lock is held against other processes' owners.
@@ -83,7 +87,10 @@ async fn annotated_calls_on_redis() {
     });
     held_rx.await.expect("held");
     let blocked = tokio::time::timeout(Duration::from_millis(300), plain(3)).await;
-    assert!(blocked.is_err(), "the annotated call waits while another owner holds");
+    assert!(
+        blocked.is_err(),
+        "the annotated call waits while another owner holds"
+    );
     done_tx.send(()).expect("holder alive");
     holder.await.expect("holder").expect("holder ok");
     assert_eq!(plain(3).await.expect("free again"), 3);

@@ -11,7 +11,10 @@ use tokio::time::Instant;
 async fn freed_within(env: &Env, key: &str, limit: Duration) -> Duration {
     let start = Instant::now();
     while env.is_locked(key).await {
-        assert!(start.elapsed() < limit, "`{key}` still locked after {limit:?}");
+        assert!(
+            start.elapsed() < limit,
+            "`{key}` still locked after {limit:?}"
+        );
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     start.elapsed()
@@ -81,12 +84,17 @@ async fn dropping_a_call_whose_acquire_is_in_flight_frees_the_lock() {
     let server = env.server.as_ref().expect("redis");
     server.pause();
     let options = LockOptions::new().lease(Duration::from_secs(30));
-    let call = env.client.run_locked("in-flight", options, async { Ok::<_, LockError>(()) });
+    let call = env
+        .client
+        .run_locked("in-flight", options, async { Ok::<_, LockError>(()) });
     let dropped = tokio::time::timeout(Duration::from_millis(200), call).await;
     assert!(dropped.is_err(), "Redis is frozen: the call cannot finish");
     server.resume();
     // The acquire lands first, then the release.
-    let acquired = support::eventually(Duration::from_secs(5), || server.command_calls("evalsha") >= 2).await;
+    let acquired = support::eventually(Duration::from_secs(5), || {
+        server.command_calls("evalsha") >= 2
+    })
+    .await;
     assert!(acquired, "both scripts ran after the thaw");
     freed_within(&env, "lock:in-flight", Duration::from_secs(2)).await;
 }

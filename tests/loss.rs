@@ -30,7 +30,10 @@ async fn a_renewal_that_finds_the_lock_gone_stops_the_body() {
     });
     held_rx.await.expect("held");
     // Someone deletes the lock and another owner takes the key.
-    let _: () = redis::cmd("DEL").arg("lock:vanishing").query(&mut server.connection()).expect("DEL");
+    let _: () = redis::cmd("DEL")
+        .arg("lock:vanishing")
+        .query(&mut server.connection())
+        .expect("DEL");
     let _: () = redis::cmd("HSET")
         .arg("lock:vanishing")
         .arg("intruder")
@@ -47,7 +50,11 @@ async fn a_renewal_that_finds_the_lock_gone_stops_the_body() {
         other => panic!("expected Lost, got {other:?}"),
     }
     // Found at the next renewal, a third of the lease later.
-    assert!(deleted.elapsed() < Duration::from_secs(3), "{:?}", deleted.elapsed());
+    assert!(
+        deleted.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        deleted.elapsed()
+    );
     // The release touched only its own hold: the intruder's stays.
     let owners: Vec<String> = redis::cmd("HKEYS")
         .arg("lock:vanishing")

@@ -23,7 +23,9 @@ async fn four_processes_deducting_one_stock_never_oversell() {
         .get_multiplexed_async_connection()
         .await
         .expect("connect");
-    inventory::set_stock(&mut con, "sku-1", 100).await.expect("stock");
+    inventory::set_stock(&mut con, "sku-1", 100)
+        .await
+        .expect("stock");
 
     // 4 x 40 = 160 attempts on a stock of 100.
     let workers: Vec<_> = (0..4)
@@ -60,7 +62,12 @@ async fn a_holder_killed_with_sigkill_frees_the_lock_within_its_lease() {
     let server = RedisServer::start();
     let lease = Duration::from_millis(1500);
     let mut holder = Command::new(WORKER)
-        .args(["hold", &server.url(), "crashy", &lease.as_millis().to_string()])
+        .args([
+            "hold",
+            &server.url(),
+            "crashy",
+            &lease.as_millis().to_string(),
+        ])
         .stdout(Stdio::piped())
         .kill_on_drop(true)
         .spawn()

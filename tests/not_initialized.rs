@@ -20,6 +20,9 @@ async fn calls_before_init_fail_and_init_works_once() {
 
     lock_runtime::init(LockClient::in_memory()).expect("first init");
     let again = lock_runtime::init(LockClient::in_memory());
-    assert!(matches!(again, Err(LockError::AlreadyInitialized)), "{again:?}");
+    assert!(
+        matches!(again, Err(LockError::AlreadyInitialized)),
+        "{again:?}"
+    );
     assert_eq!(job("nightly").await.expect("runs now"), "NIGHTLY");
 }

@@ -17,20 +17,34 @@ fn client_builder() -> lock_runtime::LockClientBuilder {
 
 async fn take(client: &LockClient, key: &str) -> Result<(), LockError> {
     let options = LockOptions::new().wait(Duration::from_millis(200));
-    client.run_locked(key, options, async { Ok::<_, LockError>(()) }).await
+    client
+        .run_locked(key, options, async { Ok::<_, LockError>(()) })
+        .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_fail_fast_while_redis_is_down_and_recover_after_restart() {
     let mut server = RedisServer::start();
-    let client = client_builder().connect(&server.url()).await.expect("connect");
+    let client = client_builder()
+        .connect(&server.url())
+        .await
+        .expect("connect");
     take(&client, "before").await.expect("works while up");
 
     server.stop();
     let start = Instant::now();
-    let error = take(&client, "while-down").await.expect_err("redis is down");
-    assert!(matches!(&error, LockError::Backend { key, .. } if key == "lock:while-down"), "{error:?}");
-    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    let error = take(&client, "while-down")
+        .await
+        .expect_err("redis is down");
+    assert!(
+        matches!(&error, LockError::Backend { key, .. } if key == "lock:while-down"),
+        "{error:?}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
     assert!(std::error::Error::source(&error).is_some());
 
     server.restart();
@@ -41,7 +55,10 @@ async fn calls_fail_fast_while_redis_is_down_and_recover_after_restart() {
         attempts += 1;
         match take(&client, "after").await {
             Ok(()) => break,
-            Err(e) => assert!(start.elapsed() < Duration::from_secs(15), "no recovery: {e:?}"),
+            Err(e) => assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "no recovery: {e:?}"
+            ),
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -76,7 +93,11 @@ async fn a_lock_held_while_redis_goes_down_is_lost_at_its_lease() {
         Err(LockError::Lost { reason, .. }) => assert_eq!(reason, LossReason::Expired),
         other => panic!("expected Lost, got {other:?}"),
     }
-    assert!(stopped.elapsed() < Duration::from_secs(5), "{:?}", stopped.elapsed());
+    assert!(
+        stopped.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        stopped.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -84,9 +105,16 @@ async fn connecting_to_nothing_is_an_error() {
     let dir = TempDir::new("nothing");
     let url = format!("unix://{}", dir.path().join("none.sock").display());
     let start = Instant::now();
-    let error = client_builder().connect(&url).await.expect_err("nothing listens");
+    let error = client_builder()
+        .connect(&url)
+        .await
+        .expect_err("nothing listens");
     assert!(matches!(error, LockError::Connect(_)), "{error:?}");
-    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
     let bad = LockClient::connect("not a url").await.expect_err("bad url");
     assert!(matches!(bad, LockError::Connect(_)), "{bad:?}");
 }

@@ -8,7 +8,10 @@ use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 /// Holds `key` on `client` in a task until `release` fires.
-async fn hold(client: &LockClient, key: &'static str) -> (oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
+async fn hold(
+    client: &LockClient,
+    key: &'static str,
+) -> (oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
     let (held_tx, held_rx) = oneshot::channel();
     let (release_tx, release_rx) = oneshot::channel::<()>();
     let client = client.clone();

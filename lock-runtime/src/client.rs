@@ -162,7 +162,11 @@ impl LockClientBuilder {
         let backend = match connecting.await {
             Ok(result) => result.map_err(LockError::Connect)?,
             Err(join) => {
-                let message = if join.is_panic() { "connect panicked" } else { "connect cancelled" };
+                let message = if join.is_panic() {
+                    "connect panicked"
+                } else {
+                    "connect cancelled"
+                };
                 return Err(LockError::Connect(redis::RedisError::from((
                     redis::ErrorKind::Client,
                     message,
@@ -200,7 +204,9 @@ impl LockClientBuilder {
             io,
         });
         let weak = Arc::downgrade(&inner);
-        inner.waiters.on_idle(move |key| unsubscribe_later(&weak, key));
+        inner
+            .waiters
+            .on_idle(move |key| unsubscribe_later(&weak, key));
         LockClient { inner }
     }
 }
@@ -277,7 +283,12 @@ impl LockClient {
     /// within `wait` ([`LockError::Timeout`]), the backend failed, or the lock
     /// was lost while `body` ran ([`LockError::Lost`]; `body` was dropped
     /// there). Otherwise what `body` returned.
-    pub async fn run_locked<T, E, F>(&self, key: &str, options: LockOptions, body: F) -> Result<T, E>
+    pub async fn run_locked<T, E, F>(
+        &self,
+        key: &str,
+        options: LockOptions,
+        body: F,
+    ) -> Result<T, E>
     where
         F: std::future::Future<Output = Result<T, E>>,
         E: From<LockError>,

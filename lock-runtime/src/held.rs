@@ -39,13 +39,21 @@ pub(crate) fn drift(lease: Duration) -> Duration {
 
 impl HeldLock {
     /// A lock taken by a request sent at `sent`.
-    pub(crate) fn new(id: u64, key: Box<str>, owner: Arc<str>, lease: Duration, sent: Instant) -> Self {
+    pub(crate) fn new(
+        id: u64,
+        key: Box<str>,
+        owner: Arc<str>,
+        lease: Duration,
+        sent: Instant,
+    ) -> Self {
         let held = HeldLock {
             id,
             key,
             owner,
             lease,
-            validity: watch::Sender::new(Validity::Until(sent + lease.saturating_sub(drift(lease)))),
+            validity: watch::Sender::new(Validity::Until(
+                sent + lease.saturating_sub(drift(lease)),
+            )),
             next_renew_ms: AtomicU64::new(0),
             epoch: sent,
         };

@@ -217,7 +217,10 @@ impl Drop for ReleaseGuard<'_> {
         self.client.inner.registry.unregister(self.held.id);
         let client = self.client.clone();
         let held = self.held.clone();
-        self.client.inner.io.spawn(async move { release(&client, &held).await });
+        self.client
+            .inner
+            .io
+            .spawn(async move { release(&client, &held).await });
     }
 }
 

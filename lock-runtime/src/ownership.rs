@@ -60,4 +60,3 @@ pub(crate) fn enter<F: Future>(
     });
     CURRENT.scope(frame, body)
 }
-

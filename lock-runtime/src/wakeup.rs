@@ -106,7 +106,6 @@ impl Ticket {
     pub(crate) fn set_woken(&self, woken: bool) {
         self.holds_wake.store(woken, Ordering::Relaxed);
     }
-
 }
 
 impl Drop for Ticket {

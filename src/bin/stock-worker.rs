@@ -15,7 +15,9 @@ use lock_suite::inventory::{self, InventoryError};
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [mode, url, name, n] = args.as_slice() else {
-        return Err("usage: stock-worker deduct|hold <redis-url> <sku|key> <attempts|lease-ms>".into());
+        return Err(
+            "usage: stock-worker deduct|hold <redis-url> <sku|key> <attempts|lease-ms>".into(),
+        );
     };
     let n: u64 = n.parse()?;
     match mode.as_str() {

@@ -243,7 +243,9 @@ impl Env {
                     let short = short.to_owned();
                     async move {
                         client
-                            .run_locked(&short, options, async { Ok::<_, lock_runtime::LockError>(()) })
+                            .run_locked(&short, options, async {
+                                Ok::<_, lock_runtime::LockError>(())
+                            })
                             .await
                     }
                 });
@@ -306,7 +308,11 @@ impl Counter {
     pub async fn get(&mut self) -> u64 {
         match self {
             Counter::Redis(con, key) => {
-                let v: Option<u64> = redis::cmd("GET").arg(&*key).query_async(con).await.expect("GET");
+                let v: Option<u64> = redis::cmd("GET")
+                    .arg(&*key)
+                    .query_async(con)
+                    .await
+                    .expect("GET");
                 v.unwrap_or(0)
             }
             Counter::Memory(v) => v.load(std::sync::atomic::Ordering::SeqCst),

@@ -40,7 +40,10 @@ impl RedisBackend {
     ) -> Result<Self, RedisError> {
         let client = Client::open(url)?;
         let info = client.get_connection_info().clone();
-        let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
+        let settings = info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
         let pubsub_client = Client::open(info.set_redis_settings(settings))?;
 
         let base = ConnectionManagerConfig::new()

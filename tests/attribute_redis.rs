@@ -5,7 +5,7 @@ mod support;
 use std::time::Duration;
 
 use lock_runtime::{distributed_lock, LockClient, LockError};
-use support::RedisServer;
+use support::{Holder, RedisServer};
 
 struct Orders {
     server_url: String,
@@ -74,25 +74,13 @@ async fn annotated_calls_on_redis() {
 
     // A held lock is held against other processes' owners.
     let other = LockClient::connect(&server.url()).await.expect("connect");
-    let (held_tx, held_rx) = tokio::sync::oneshot::channel::<()>();
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
-    let holder = tokio::spawn(async move {
-        other
-            .run_locked("plain:3", Default::default(), async {
-                held_tx.send(()).expect("alive");
-                let _ = done_rx.await;
-                Ok::<_, LockError>(())
-            })
-            .await
-    });
-    held_rx.await.expect("held");
+    let holder = Holder::start(&other, "plain:3", Default::default()).await;
     let blocked = tokio::time::timeout(Duration::from_millis(300), plain(3)).await;
     assert!(
         blocked.is_err(),
         "the annotated call waits while another owner holds"
     );
-    done_tx.send(()).expect("holder alive");
-    holder.await.expect("holder").expect("holder ok");
+    holder.release().await.expect("holder ok");
     assert_eq!(plain(3).await.expect("free again"), 3);
 
     assert!(matches!(

@@ -4,7 +4,7 @@ mod support;
 use std::time::Duration;
 
 use lock_runtime::{LockClient, LockError, LockOptions, LossReason};
-use support::RedisServer;
+use support::{Holder, RedisServer};
 use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -15,20 +15,7 @@ async fn a_renewal_that_finds_the_lock_gone_stops_the_body() {
         .connect(&server.url())
         .await
         .expect("connect");
-    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
-    let task = tokio::spawn({
-        let client = client.clone();
-        async move {
-            client
-                .run_locked("vanishing", LockOptions::new(), async {
-                    held_tx.send(()).expect("test alive");
-                    tokio::time::sleep(Duration::from_secs(30)).await;
-                    Ok::<_, LockError>(())
-                })
-                .await
-        }
-    });
-    held_rx.await.expect("held");
+    let holder = Holder::start(&client, "vanishing", LockOptions::new()).await;
     // Someone deletes the lock and another owner takes the key.
     let _: () = redis::cmd("DEL")
         .arg("lock:vanishing")
@@ -41,7 +28,7 @@ async fn a_renewal_that_finds_the_lock_gone_stops_the_body() {
         .query(&mut server.connection())
         .expect("HSET");
     let deleted = Instant::now();
-    let result = task.await.expect("task");
+    let result = holder.outcome().await;
     match result {
         Err(LockError::Lost { key, reason }) => {
             assert_eq!(key, "lock:vanishing");

@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use lock_runtime::{LockClient, LockError, LockOptions, LossReason};
-use support::{RedisServer, TempDir};
+use support::{Holder, RedisServer, TempDir};
 use tokio::time::Instant;
 
 fn client_builder() -> lock_runtime::LockClientBuilder {
@@ -73,23 +73,10 @@ async fn a_lock_held_while_redis_goes_down_is_lost_at_its_lease() {
         .connect(&server.url())
         .await
         .expect("connect");
-    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
-    let task = tokio::spawn({
-        let client = client.clone();
-        async move {
-            client
-                .run_locked("held", LockOptions::new(), async {
-                    held_tx.send(()).expect("test alive");
-                    tokio::time::sleep(Duration::from_secs(30)).await;
-                    Ok::<_, LockError>(())
-                })
-                .await
-        }
-    });
-    held_rx.await.expect("held");
+    let holder = Holder::start(&client, "held", LockOptions::new()).await;
     server.stop();
     let stopped = Instant::now();
-    match task.await.expect("task") {
+    match holder.outcome().await {
         Err(LockError::Lost { reason, .. }) => assert_eq!(reason, LossReason::Expired),
         other => panic!("expected Lost, got {other:?}"),
     }

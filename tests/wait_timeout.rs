@@ -3,36 +3,18 @@ mod support;
 
 use std::time::Duration;
 
-use lock_runtime::{LockClient, LockError, LockOptions};
+use lock_runtime::{LockError, LockOptions};
+use support::Holder;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-/// Holds `key` on `client` in a task until `release` fires.
-async fn hold(
-    client: &LockClient,
-    key: &'static str,
-) -> (oneshot::Sender<()>, tokio::task::JoinHandle<()>) {
-    let (held_tx, held_rx) = oneshot::channel();
-    let (release_tx, release_rx) = oneshot::channel::<()>();
-    let client = client.clone();
-    let task = tokio::spawn(async move {
-        let options = LockOptions::new().lease(Duration::from_secs(30));
-        client
-            .run_locked(key, options, async {
-                held_tx.send(()).expect("test alive");
-                let _ = release_rx.await;
-                Ok::<_, LockError>(())
-            })
-            .await
-            .expect("holder");
-    });
-    held_rx.await.expect("holder took the lock");
-    (release_tx, task)
+fn lease_30s() -> LockOptions {
+    LockOptions::new().lease(Duration::from_secs(30))
 }
 
 on_both_backends! {
     async fn zero_wait_tries_once_and_wait_bounds_the_wait(env: Env) {
-        let (release, holder) = hold(&env.client, "busy").await;
+        let holder = Holder::start(&env.client, "busy", lease_30s()).await;
         let other = env.other_client().await;
         let body = async { Ok::<_, LockError>(()) };
         let zero = other.run_locked("busy", LockOptions::new().wait(Duration::ZERO), body).await;
@@ -54,8 +36,7 @@ on_both_backends! {
         assert!(elapsed >= Duration::from_millis(300), "{elapsed:?}");
         assert!(elapsed < Duration::from_secs(5), "{elapsed:?}");
 
-        release.send(()).expect("holder alive");
-        holder.await.expect("holder");
+        holder.release().await.expect("holder");
     }
 }
 
@@ -63,7 +44,7 @@ on_both_backends! {
     /// The holder's lease is 30 s; the waiter gets the lock right after the
     /// release, so it was woken, not left to the lease.
     async fn a_release_wakes_the_waiter(env: Env) {
-        let (release, holder) = hold(&env.client, "hand-off").await;
+        let holder = Holder::start(&env.client, "hand-off", lease_30s()).await;
         let other = env.other_client().await;
         let (released_at_tx, released_at_rx) = oneshot::channel::<Instant>();
         let waiter = tokio::spawn(async move {
@@ -92,8 +73,7 @@ on_both_backends! {
             None => tokio::time::sleep(Duration::from_millis(100)).await,
         }
         released_at_tx.send(Instant::now()).expect("waiter alive");
-        release.send(()).expect("holder alive");
-        holder.await.expect("holder");
+        holder.release().await.expect("holder");
         let hand_off = waiter.await.expect("waiter").expect("waiter got the lock");
         assert!(hand_off < Duration::from_secs(5), "hand-off took {hand_off:?}");
     }

@@ -340,3 +340,50 @@ impl Counter {
         self.set(v + 1).await;
     }
 }
+
+/// A task holding a lock until told to release it (or for at most 60 s).
+pub struct Holder {
+    release: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), lock_runtime::LockError>>,
+}
+
+impl Holder {
+    /// Spawns a task that takes `key` on `client` and holds it; returns once
+    /// the lock is held.
+    pub async fn start(
+        client: &lock_runtime::LockClient,
+        key: &'static str,
+        options: lock_runtime::LockOptions,
+    ) -> Holder {
+        let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+        let (release, release_rx) = tokio::sync::oneshot::channel::<()>();
+        let client = client.clone();
+        let task = tokio::spawn(async move {
+            client
+                .run_locked(key, options, async {
+                    held_tx.send(()).expect("test alive");
+                    let _ = tokio::time::timeout(Duration::from_secs(60), release_rx).await;
+                    Ok(())
+                })
+                .await
+        });
+        held_rx.await.expect("the holder took the lock");
+        Holder {
+            release: Some(release),
+            task,
+        }
+    }
+
+    /// Lets the body end and returns how the call ended.
+    pub async fn release(mut self) -> Result<(), lock_runtime::LockError> {
+        if let Some(release) = self.release.take() {
+            let _ = release.send(());
+        }
+        self.task.await.expect("holder task")
+    }
+
+    /// Waits for the call to end by itself (lost, say), without releasing.
+    pub async fn outcome(self) -> Result<(), lock_runtime::LockError> {
+        self.task.await.expect("holder task")
+    }
+}

@@ -72,3 +72,29 @@ on_both_backends! {
         assert!(taken.is_ok(), "{taken:?}");
     }
 }
+
+/// 100 held locks cost a few renewal calls per period, not 100.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_of_many_locks_are_batched() {
+    let env = Env::with(
+        support::Kind::Redis,
+        LockClient::builder().default_lease(Duration::from_millis(600)),
+    )
+    .await;
+    let server = env.server.as_ref().expect("redis");
+    let mut holders = Vec::new();
+    for i in 0..100 {
+        let key = format!("many:{i}");
+        holders.push(support::Holder::start(&env.client, &key, LockOptions::new()).await);
+    }
+    server.reset_stats();
+    // Four leases: every lock renewed about 12 times.
+    tokio::time::sleep(Duration::from_millis(2400)).await;
+    let calls = server.command_calls("evalsha");
+    assert_eq!(env.client.renewing(), 100);
+    for holder in holders {
+        holder.release().await.expect("held throughout");
+    }
+    println!("{calls} renewal calls for 100 locks over 4 leases");
+    assert!(calls < 100, "{calls} calls: not batched");
+}

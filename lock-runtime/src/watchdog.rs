@@ -1,8 +1,9 @@
 //! One task per client renews every held lock at a third of its lease.
 //!
-//! Locks due within a short window of each other are renewed together by one
-//! script call, so a client holding many locks with the same lease sends one
-//! command per period, not one per lock. A renewal that finds a lock gone or
+//! Locks that fall due close together (within a quarter of their renewal
+//! interval) are renewed together by one script call, so a client holding
+//! many locks with the same lease sends a few commands per period, not one
+//! per lock. A renewal that finds a lock gone or
 //! taken marks it lost at once; a renewal that fails (Redis down or slow) is
 //! retried until the lock's validity runs out, which the body's watcher
 //! reports as lost.
@@ -70,19 +71,28 @@ impl Registry {
         self.with(|locks| locks.len())
     }
 
-    /// The locks due for renewal by `horizon`, and the earliest renewal after it.
-    fn due(&self, horizon: Instant) -> (Vec<Arc<HeldLock>>, Option<Instant>) {
+    /// The locks due for renewal at `now`, and when the next one falls due.
+    ///
+    /// When one lock is due, the locks due within the next quarter of their
+    /// renewal interval go with it, so that locks taken at different moments
+    /// gather into a few batches per period rather than one call each.
+    fn due(&self, now: Instant) -> (Vec<Arc<HeldLock>>, Option<Instant>) {
         self.with(|locks| {
-            let mut due = Vec::new();
             let mut next: Option<Instant> = None;
             for held in locks.values() {
                 let at = held.next_renewal();
-                if at <= horizon {
-                    due.push(held.clone());
-                } else if next.is_none_or(|n| at < n) {
+                if next.is_none_or(|n| at < n) {
                     next = Some(at);
                 }
             }
+            if next.is_none_or(|n| n > now) {
+                return (Vec::new(), next);
+            }
+            let due = locks
+                .values()
+                .filter(|held| held.next_renewal() <= now + held.renew_interval() / 4)
+                .cloned()
+                .collect();
             (due, next)
         })
     }
@@ -92,9 +102,7 @@ impl Registry {
 pub(crate) async fn run(registry: Arc<Registry>, backend: Backend) {
     loop {
         let now = Instant::now();
-        // Renew what is due now, and what falls due within a short window,
-        // so locks taken close together share one call.
-        let (due, next) = registry.due(now + Duration::from_millis(20));
+        let (due, next) = registry.due(now);
         if !due.is_empty() {
             renew(&registry, &backend, &due).await;
             continue;

@@ -352,15 +352,16 @@ impl Holder {
     /// the lock is held.
     pub async fn start(
         client: &lock_runtime::LockClient,
-        key: &'static str,
+        key: &str,
         options: lock_runtime::LockOptions,
     ) -> Holder {
+        let key = key.to_owned();
         let (held_tx, held_rx) = tokio::sync::oneshot::channel();
         let (release, release_rx) = tokio::sync::oneshot::channel::<()>();
         let client = client.clone();
         let task = tokio::spawn(async move {
             client
-                .run_locked(key, options, async {
+                .run_locked(&key, options, async {
                     held_tx.send(()).expect("test alive");
                     let _ = tokio::time::timeout(Duration::from_secs(60), release_rx).await;
                     Ok(())

@@ -4,9 +4,10 @@
 //! Input:  #[distributed_lock(key = "order:<id>", lease = "30s")]
 //!         pub async fn pay(&self, id: u64) -> Result<(), E> { body }
 //! Output: pub async fn pay(&self, id: u64) -> Result<(), E> {
-//!             let __key = ::std::format!("order:{}", id);
+//!             let __key = ::lock_runtime::__private::key(
+//!                 ::core::format_args!("order:{}", id));
 //!             let __locked = ::lock_runtime::__private::run_locked(
-//!                 ::core::format_args!("{}", __key),
+//!                 __key,
 //!                 ::lock_runtime::__private::options(Some(30000), None, true),
 //!                 async move { let __ret: Result<(), E> = { body }; __ret },
 //!             );
@@ -14,14 +15,13 @@
 //!         }
 //! ```
 //!
-//! The key is rendered into a `String` first, borrowing the arguments, and
-//! only then does `async move` take them for the body. Passing
-//! `format_args!("order:{}", id)` straight to `run_locked` would hold a borrow
-//! of `id` while the body moves it (an error for any argument that is not
-//! `Copy`, or for `self.field` with a `self` or `&mut self` receiver), and its
-//! temporaries would make the future `!Send` if the `.await` were in the same
-//! statement. A key without placeholders skips the `String` and passes
-//! `format_args!("jobs:nightly")`.
+//! The runtime renders the key (with the client's prefix, into one `String`)
+//! in a statement of its own, borrowing the arguments, and only then does
+//! `async move` take them for the body. Passing `format_args!("order:{}", id)`
+//! straight to `run_locked` would hold a borrow of `id` while the body moves
+//! it (an error for any argument that is not `Copy`, or for `self.field` with
+//! a `self` or `&mut self` receiver), and its temporaries would make the
+//! future `!Send` if the `.await` were in the same statement.
 //!
 //! `let __ret: ReturnType = { body }` gives `?` and `return` in the body the
 //! type to convert into, as in async-trait.
@@ -92,13 +92,8 @@ fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
         format,
         args: key_args,
     } = key;
-    let (render, key) = if key_args.is_empty() {
-        (quote!(), quote!(::core::format_args!(#format)))
-    } else {
-        (
-            quote!(let #rendered = ::std::format!(#format, #(#key_args),*);),
-            quote!(::core::format_args!("{}", #rendered)),
-        )
+    let render = quote! {
+        let #rendered = #krate::__private::key(::core::format_args!(#format #(, #key_args)*));
     };
 
     let ItemFn {
@@ -116,7 +111,7 @@ fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
         }
     };
     let run = quote_spanned! {call_span=>
-        let #locked = #krate::__private::run_locked(#key, #options, #body);
+        let #locked = #krate::__private::run_locked(#rendered, #options, #body);
         #locked.await
     };
 
@@ -223,9 +218,11 @@ mod tests {
                 /// Pays.
                 #[inline]
                 pub async fn pay(&self, id: u64) -> Result<(), E> {
-                    let __key = ::std::format!("order:{}", id);
+                    let __key = ::lock_runtime::__private::key(
+                        ::core::format_args!("order:{}", id)
+                    );
                     let __locked = ::lock_runtime::__private::run_locked(
-                        ::core::format_args!("{}", __key),
+                        __key,
                         ::lock_runtime::__private::options(
                             ::core::option::Option::Some(30000u64),
                             ::core::option::Option::None,
@@ -258,8 +255,9 @@ mod tests {
             },
             quote! {
                 async fn nightly<T: Clone>(t: T) -> io::Result<T> where T: Send {
+                    let __key = locks::__private::key(::core::format_args!("{{jobs}}"));
                     let __locked = locks::__private::run_locked(
-                        ::core::format_args!("{{jobs}}"),
+                        __key,
                         locks::__private::options(
                             ::core::option::Option::Some(90000u64),
                             ::core::option::Option::Some(0u64),

@@ -136,5 +136,5 @@ where
     F: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
-    private::run_locked(format_args!("{key}"), options, body)
+    private::run_locked(private::key(format_args!("{key}")), options, body)
 }

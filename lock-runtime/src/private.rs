@@ -4,7 +4,7 @@ use std::fmt;
 use std::future::Future;
 use std::time::Duration;
 
-use crate::{LockError, LockOptions};
+use crate::{LockClient, LockError, LockOptions};
 
 /// Options from the attribute's literals; `None` means the client default.
 pub const fn options(lease_ms: Option<u64>, wait_ms: Option<u64>, renew: bool) -> LockOptions {
@@ -18,22 +18,21 @@ pub const fn options(lease_ms: Option<u64>, wait_ms: Option<u64>, renew: bool) -
     options
 }
 
-/// Renders `key` now, then runs `body` under that lock on the global client.
-pub fn run_locked<T, E, F>(
-    key: fmt::Arguments<'_>,
-    options: LockOptions,
-    body: F,
-) -> impl Future<Output = Result<T, E>>
+/// A rendered lock key on the global client, or why there is none.
+pub struct Key(Result<(&'static LockClient, String), LockError>);
+
+/// Renders `key` with the global client's prefix, before the body takes the
+/// arguments that the key borrows.
+pub fn key(key: fmt::Arguments<'_>) -> Key {
+    Key(crate::client().map(|client| (client, client.full_key(key))))
+}
+
+/// Runs `body` under the lock `key` on the global client.
+pub async fn run_locked<T, E, F>(key: Key, options: LockOptions, body: F) -> Result<T, E>
 where
     F: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
-    let client = crate::client();
-    let key = client.as_ref().ok().map(|c| c.full_key(key));
-    async move {
-        match (client, key) {
-            (Ok(client), Some(key)) => crate::locking::run(client, key, options, body).await,
-            _ => Err(E::from(LockError::NotInitialized)),
-        }
-    }
+    let (client, key) = key.0?;
+    crate::locking::run(client, key, options, body).await
 }

@@ -13,23 +13,36 @@ struct Orders {
 
 impl Orders {
     #[distributed_lock(key = "order:<id>")]
-    async fn outer(&self, id: u64) -> Result<Vec<(String, u64)>, LockError> {
-        self.inner(id).await
+    async fn outer(&self, id: u64) -> Result<Seen, LockError> {
+        let outer_token = lock_runtime::fencing_token();
+        let seen = self.inner(id).await?;
+        assert_eq!(outer_token, Some(seen.token), "a re-entry keeps the token");
+        Ok(seen)
     }
 
     /// Re-enters `order:<id>`: must not wait for itself (wait is zero).
     #[distributed_lock(key = "order:<id>", wait = "0s")]
-    async fn inner(&self, id: u64) -> Result<Vec<(String, u64)>, LockError> {
+    async fn inner(&self, id: u64) -> Result<Seen, LockError> {
         let mut con = redis::Client::open(self.server_url.as_str())
             .expect("url")
             .get_connection()
             .expect("connect");
-        let hash: Vec<(String, u64)> = redis::cmd("HGETALL")
-            .arg(format!("lock:order:{id}"))
+        let key = format!("lock:order:{id}");
+        let hash: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(&key)
             .query(&mut con)
             .expect("HGETALL");
-        Ok(hash)
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut con).expect("PTTL");
+        let token = lock_runtime::fencing_token_of(&format!("order:{id}")).expect("held");
+        Ok(Seen { hash, ttl, token })
     }
+}
+
+/// What a locked body saw of its lock in Redis.
+struct Seen {
+    hash: Vec<(String, String)>,
+    ttl: i64,
+    token: u64,
 }
 
 #[distributed_lock(key = "plain:<id>")]
@@ -46,16 +59,38 @@ async fn annotated_calls_on_redis() {
         server_url: server.url(),
     };
 
-    // The lock is a hash at prefix + rendered key: one owner, one hold,
-    // with a lease; the nested call re-entered without a second hold.
-    let hash = orders.outer(7).await.expect("chain");
-    assert_eq!(hash.len(), 1, "{hash:?}");
-    assert_eq!(hash[0].1, 1, "{hash:?}");
-    let exists: bool = redis::cmd("EXISTS")
-        .arg("lock:order:7")
-        .query(&mut server.connection())
-        .expect("EXISTS");
-    assert!(!exists, "released after the chain");
+    // The lock is a hash at prefix + rendered key: one owner with one hold
+    // (the nested call re-entered without a second hold), the fencing token,
+    // and a lease.
+    let seen = orders.outer(7).await.expect("chain");
+    let hash = &seen.hash;
+    assert_eq!(hash.len(), 2, "{hash:?}");
+    let field = |name: &str| {
+        hash.iter()
+            .find(|(f, _)| f == name)
+            .map(|(_, v)| v.as_str())
+    };
+    assert_eq!(field("fence"), Some(seen.token.to_string().as_str()));
+    let owner = hash.iter().find(|(f, _)| f != "fence").expect("an owner");
+    assert_eq!(owner.1, "1", "{hash:?}");
+    assert!(seen.ttl > 25_000 && seen.ttl <= 30_000, "{}", seen.ttl);
+    assert!(
+        server.owners("lock:order:7").is_empty(),
+        "released after the chain"
+    );
+    // The next holder gets a greater token.
+    let next = orders.outer(7).await.expect("chain");
+    assert!(
+        next.token > seen.token,
+        "{} then {}",
+        seen.token,
+        next.token
+    );
+    assert_eq!(
+        lock_runtime::fencing_token(),
+        None,
+        "outside any locked body"
+    );
 
     // Round trips: an uncontended call is exactly two EVALSHA calls
     // (acquire, release); a nested re-entry adds none.

@@ -22,9 +22,14 @@ pub(crate) enum Validity {
 /// Shared by the body's loss watcher, the watchdog and the release.
 pub(crate) struct HeldLock {
     pub id: u64,
+    /// The full key: the client's prefix, then the rendered key.
     pub key: Box<str>,
+    /// Where the rendered key starts in `key`.
+    prefix_len: usize,
     pub owner: Arc<str>,
     pub lease: Duration,
+    /// The fencing token this acquisition got.
+    pub token: u64,
     validity: watch::Sender<Validity>,
     /// When the watchdog should renew next, in ms after `epoch`.
     next_renew_ms: AtomicU64,
@@ -42,15 +47,19 @@ impl HeldLock {
     pub(crate) fn new(
         id: u64,
         key: Box<str>,
+        prefix_len: usize,
         owner: Arc<str>,
         lease: Duration,
+        token: u64,
         sent: Instant,
     ) -> Self {
         let held = HeldLock {
             id,
             key,
+            prefix_len,
             owner,
             lease,
+            token,
             validity: watch::Sender::new(Validity::Until(
                 sent + lease.saturating_sub(drift(lease)),
             )),
@@ -100,6 +109,25 @@ impl HeldLock {
             }
             Validity::Lost(_) => false,
         });
+    }
+
+    /// The key as the caller wrote it, without the client's prefix.
+    pub(crate) fn user_key(&self) -> &str {
+        &self.key[self.prefix_len..]
+    }
+
+    /// Whether the lock is lost, checking its validity against the clock
+    /// now rather than waiting for the timer.
+    pub(crate) fn check_now(&self) -> Option<LossReason> {
+        let validity = *self.validity.borrow();
+        match validity {
+            Validity::Lost(reason) => Some(reason),
+            Validity::Until(until) if Instant::now() >= until => {
+                self.lose(LossReason::Expired);
+                Some(LossReason::Expired)
+            }
+            Validity::Until(_) => None,
+        }
     }
 
     /// Whether the lock is known lost.

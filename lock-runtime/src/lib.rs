@@ -69,6 +69,9 @@
 //! - A waiter subscribes to the lock's release channel and retries when the
 //!   holder's release publishes, or when the holder's lease runs out; one
 //!   waiter is woken per release, in arrival order.
+//! - Every acquisition gets a fencing token ([`fencing_token`]) that a
+//!   protected store can check to refuse a holder that lost its lock; see
+//!   [`fencing`](fencing_token) for how.
 //! - One watchdog task per client renews every held lock at a third of its
 //!   lease, batching locks into one script call. A renewal that finds the lock
 //!   gone, or a lease that runs out with no successful renewal, stops the body
@@ -78,6 +81,7 @@
 mod backend;
 mod client;
 mod error;
+mod fencing;
 mod global;
 mod held;
 mod io;
@@ -95,6 +99,7 @@ pub mod __private {
 
 pub use client::{LockClient, LockClientBuilder};
 pub use error::{LockError, LossReason};
+pub use fencing::{fencing_token, fencing_token_of};
 pub use global::{client, init};
 /// Runs an async function under a distributed lock; see the
 /// [crate documentation](crate) for the options.

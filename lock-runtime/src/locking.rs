@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -60,19 +61,35 @@ where
 }
 
 /// Polls `body` until it ends or the lock is lost, whichever comes first.
+///
+/// Before every poll of the body the lock's validity is checked against the
+/// clock, so a body resumed after a pause past its lease (a stopped process,
+/// a starved runtime) is stopped before it runs on, even if the timer that
+/// marks the loss has not fired yet.
 async fn watch<T, E, F>(held: &HeldLock, body: F) -> Result<T, E>
 where
     F: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
-    tokio::select! {
-        biased;
-        reason = held.lost() => Err(E::from(LockError::Lost {
-            key: held.key.to_string(),
-            reason,
-        })),
-        result = body => result,
-    }
+    let lost = held.lost();
+    tokio::pin!(lost, body);
+    std::future::poll_fn(|cx| {
+        let reason = match held.check_now() {
+            Some(reason) => Some(reason),
+            None => match lost.as_mut().poll(cx) {
+                Poll::Ready(reason) => Some(reason),
+                Poll::Pending => None,
+            },
+        };
+        match reason {
+            Some(reason) => Poll::Ready(Err(E::from(LockError::Lost {
+                key: held.key.to_string(),
+                reason,
+            }))),
+            None => body.as_mut().poll(cx),
+        }
+    })
+    .await
 }
 
 /// Takes the lock, waiting up to `wait` for wake-ups from releases or for the
@@ -86,8 +103,10 @@ async fn acquire(
 ) -> Result<HeldLock, LockError> {
     let inner = &client.inner;
     let start = Instant::now();
-    let held = |key: String, owner: Arc<str>, sent: Instant| {
-        HeldLock::new(client.new_lock_id(), key.into(), owner, lease, sent)
+    let prefix = inner.prefix.len();
+    let held = |key: String, owner: Arc<str>, token: u64, sent: Instant| {
+        let id = client.new_lock_id();
+        HeldLock::new(id, key.into(), prefix, owner, lease, token, sent)
     };
     let failed = |key: &str, source| LockError::Backend {
         key: key.to_owned(),
@@ -95,7 +114,7 @@ async fn acquire(
     };
 
     match attempt(client, &key, &owner, lease).await {
-        Ok(Acquire::Acquired) => return Ok(held(key, owner, start)),
+        Ok(Acquire::Acquired(token)) => return Ok(held(key, owner, token, start)),
         Ok(Acquire::Held(_)) if wait.is_zero() => {
             return Err(LockError::Timeout {
                 key,
@@ -120,7 +139,7 @@ async fn acquire(
         let outcome = attempt(client, &key, &owner, lease).await;
         ticket.set_woken(false);
         let ttl = match outcome {
-            Ok(Acquire::Acquired) => return Ok(held(key, owner, sent)),
+            Ok(Acquire::Acquired(token)) => return Ok(held(key, owner, token, sent)),
             Ok(Acquire::Held(ttl)) => ttl,
             Err(source) => return Err(failed(&key, source)),
         };

@@ -60,3 +60,26 @@ pub(crate) fn enter<F: Future>(
     });
     CURRENT.scope(frame, body)
 }
+
+/// The innermost lock held by the running body, if any.
+pub(crate) fn innermost() -> Option<Arc<HeldLock>> {
+    CURRENT.try_with(|frame| frame.held.clone()).ok()
+}
+
+/// The lock on `key` (as the caller wrote it, without prefix) held by the
+/// running body, innermost first.
+pub(crate) fn held_user_key(key: &str) -> Option<Arc<HeldLock>> {
+    CURRENT
+        .try_with(|frame| {
+            let mut next = Some(frame);
+            while let Some(frame) = next {
+                if frame.held.user_key() == key {
+                    return Some(frame.held.clone());
+                }
+                next = frame.parent.as_ref();
+            }
+            None
+        })
+        .ok()
+        .flatten()
+}

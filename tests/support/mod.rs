@@ -130,6 +130,19 @@ impl RedisServer {
         self.spawn();
     }
 
+    /// The owners holding the lock `key` (full key) and their hold counts:
+    /// the lock's hash without its `fence` field.
+    pub fn owners(&self, key: &str) -> Vec<(String, u64)> {
+        let hash: Vec<(String, String)> = redis::cmd("HGETALL")
+            .arg(key)
+            .query(&mut self.connection())
+            .expect("HGETALL");
+        hash.into_iter()
+            .filter(|(field, _)| field != "fence")
+            .map(|(owner, count)| (owner, count.parse().expect("a hold count")))
+            .collect()
+    }
+
     /// How many times each command ran, from INFO commandstats.
     pub fn command_calls(&self, command: &str) -> u64 {
         let info: String = redis::cmd("INFO")
@@ -228,13 +241,7 @@ impl Env {
     /// Redis, or probed with a zero-wait acquire on memory.
     pub async fn is_locked(&self, key: &str) -> bool {
         match &self.server {
-            Some(server) => {
-                let exists: bool = redis::cmd("EXISTS")
-                    .arg(key)
-                    .query(&mut server.connection())
-                    .expect("EXISTS");
-                exists
-            }
+            Some(server) => !server.owners(key).is_empty(),
             None => {
                 let short = key.strip_prefix("lock:").expect("default prefix");
                 let options = lock_runtime::LockOptions::new().wait(Duration::ZERO);

@@ -1,6 +1,7 @@
 //! The embedded backend: the same lock semantics inside one process.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -10,12 +11,15 @@ struct Entry {
     owner: Box<str>,
     count: u32,
     expires: Instant,
+    token: u64,
 }
 
-/// Locks in a map; an entry past its expiry counts as absent.
+/// Locks in a map; an entry past its expiry counts as absent. Fencing tokens
+/// come from one counter for all keys, so they increase per key too.
 #[derive(Clone, Default)]
 pub(crate) struct MemoryBackend {
     locks: Arc<Mutex<HashMap<Box<str>, Entry>>>,
+    tokens: Arc<AtomicU64>,
 }
 
 impl MemoryBackend {
@@ -32,16 +36,18 @@ impl MemoryBackend {
             Some(e) if e.expires > now => {
                 e.count += 1;
                 e.expires = now + lease;
-                Acquire::Acquired
+                Acquire::Acquired(e.token)
             }
             _ => {
+                let token = self.tokens.fetch_add(1, Ordering::Relaxed) + 1;
                 let entry = Entry {
                     owner: owner.into(),
                     count: 1,
                     expires: now + lease,
+                    token,
                 };
                 locks.insert(key.into(), entry);
-                Acquire::Acquired
+                Acquire::Acquired(token)
             }
         })
     }

@@ -14,8 +14,8 @@ use ::redis::RedisError;
 /// The answer to an acquire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Acquire {
-    /// The owner holds the lock now.
-    Acquired,
+    /// The owner holds the lock now, with this fencing token.
+    Acquired(u64),
     /// Another owner holds it for about this long more (`None`: no expiry).
     Held(Option<Duration>),
 }
@@ -89,6 +89,9 @@ impl Backend {
         }
     }
 }
+
+/// How long a freed key keeps its last fencing token (see `release.lua`).
+pub(crate) const FENCE_RETENTION: Duration = Duration::from_secs(10);
 
 /// Milliseconds for a Redis argument, at least 1.
 pub(crate) fn millis(d: Duration) -> u64 {

@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, ProtocolVersion, PushInfo, RedisError, Script, Value};
 
-use super::{millis, Acquire, Release, RenewItem};
+use super::{millis, Acquire, Release, RenewItem, FENCE_RETENTION};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
@@ -76,16 +76,22 @@ impl RedisBackend {
         owner: &str,
         lease: Duration,
     ) -> Result<Acquire, RedisError> {
-        let ttl: Option<i64> = ACQUIRE
+        let (acquired, value): (i64, i64) = ACQUIRE
             .key(key)
             .arg(owner)
             .arg(millis(lease))
             .invoke_async(&mut self.commands.clone())
             .await?;
-        Ok(match ttl {
-            None => Acquire::Acquired,
-            Some(ms) if ms >= 0 => Acquire::Held(Some(Duration::from_millis(ms as u64))),
-            Some(_) => Acquire::Held(None),
+        Ok(match (acquired, u64::try_from(value)) {
+            (1, Ok(token)) => Acquire::Acquired(token),
+            (1, Err(_)) => {
+                return Err(RedisError::from((
+                    redis::ErrorKind::Parse,
+                    "acquire.lua returned a negative fencing token",
+                )))
+            }
+            (_, Ok(ttl)) => Acquire::Held(Some(Duration::from_millis(ttl))),
+            (_, Err(_)) => Acquire::Held(None),
         })
     }
 
@@ -94,6 +100,7 @@ impl RedisBackend {
             .key(key)
             .arg(owner)
             .arg(&*self.client_id)
+            .arg(millis(FENCE_RETENTION))
             .invoke_async(&mut self.commands.clone())
             .await?;
         Ok(match freed {

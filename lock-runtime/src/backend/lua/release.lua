@@ -1,9 +1,12 @@
 -- Give back one hold of a lock.
--- KEYS[1]  the lock: a hash of owner id -> hold count
+-- KEYS[1]  the lock: a hash of owner id -> hold count, plus `fence`
 -- ARGV[1]  the owner id
 -- ARGV[2]  the message published on the channel named KEYS[1] when the lock
 --          is freed (the releasing client's id, so it can skip its own news)
--- Returns 1 when the lock was freed (key deleted, release published),
+-- ARGV[3]  how long (ms) the freed key keeps its `fence` field, so that the
+--          next token is greater even if the next holder comes within the
+--          same microsecond or the clock steps back a little
+-- Returns 1 when the lock was freed (release published),
 -- 0 when the owner still holds it (its count is still above zero),
 -- -1 when the owner did not hold it (it expired or was taken): nothing changed.
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
@@ -12,6 +15,7 @@ end
 if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
   return 0
 end
-redis.call('del', KEYS[1])
+redis.call('hdel', KEYS[1], ARGV[1])
+redis.call('pexpire', KEYS[1], ARGV[3])
 redis.call('publish', KEYS[1], ARGV[2])
 return 1

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Acquire, Release};
 use crate::held::HeldLock;
-use crate::{ownership, LockClient, LockError, LockOptions};
+use crate::{ownership, LockClient, LockError, LockOptions, LossReason};
 
 /// How long a waiter sleeps when the holder's lock has no expiry (someone
 /// changed the key by hand), before it tries again.
@@ -56,8 +56,17 @@ where
         inner.registry.register(held.clone());
     }
     let result = ownership::enter(inner.id.clone(), held.clone(), watch(&held, body)).await;
-    guard.release().await;
-    result
+    let held_to_the_end = guard.release().await;
+    match result {
+        // The body finished, but the release found the lock gone (a Redis
+        // restart, say, before any renewal could notice): mutual exclusion
+        // may not have held, so the call must not report success.
+        Ok(_) if !held_to_the_end => Err(E::from(LockError::Lost {
+            key: held.key.to_string(),
+            reason: LossReason::Taken,
+        })),
+        result => result,
+    }
 }
 
 /// Polls `body` until it ends or the lock is lost, whichever comes first.
@@ -217,14 +226,16 @@ struct ReleaseGuard<'a> {
 }
 
 impl ReleaseGuard<'_> {
-    async fn release(mut self) {
+    /// Releases now; false when the release found the lock not held.
+    async fn release(mut self) -> bool {
         self.client.inner.registry.unregister(self.held.id);
         if self.held.is_lost() {
             // Redis may be unreachable: do not make the caller wait for it.
-            return;
+            return false;
         }
-        release(self.client, &self.held).await;
+        let outcome = release(self.client, &self.held).await;
         self.armed = false;
+        outcome != Some(Release::NotHeld)
     }
 }
 
@@ -243,13 +254,20 @@ impl Drop for ReleaseGuard<'_> {
     }
 }
 
-async fn release(client: &LockClient, held: &HeldLock) {
+/// Gives the hold back; `None` when the backend failed (the lock then
+/// expires with its lease).
+async fn release(client: &LockClient, held: &HeldLock) -> Option<Release> {
     let inner = &client.inner;
     match inner.backend.release(&held.key, &held.owner).await {
-        Ok(Release::Freed) => inner.waiters.wake_one(held.key.as_bytes()),
-        Ok(Release::StillHeld | Release::NotHeld) => {}
+        Ok(outcome) => {
+            if outcome == Release::Freed {
+                inner.waiters.wake_one(held.key.as_bytes());
+            }
+            Some(outcome)
+        }
         Err(error) => {
             tracing::warn!(%error, key = &*held.key, "release failed; the lock expires with its lease");
+            None
         }
     }
 }

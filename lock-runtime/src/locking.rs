@@ -57,15 +57,18 @@ where
     }
     let result = ownership::enter(inner.id.clone(), held.clone(), watch(&held, body)).await;
     let held_to_the_end = guard.release().await;
+    if held_to_the_end {
+        return result;
+    }
+    // The body finished, but the release found the lock gone (a Redis
+    // restart, say, before any renewal could notice): mutual exclusion may
+    // not have held, which matters more than what the body returned.
     match result {
-        // The body finished, but the release found the lock gone (a Redis
-        // restart, say, before any renewal could notice): mutual exclusion
-        // may not have held, so the call must not report success.
-        Ok(_) if !held_to_the_end => Err(E::from(LockError::Lost {
+        Err(lost) if held.is_lost() => Err(lost),
+        _ => Err(E::from(LockError::Lost {
             key: held.key.to_string(),
             reason: LossReason::Taken,
         })),
-        result => result,
     }
 }
 

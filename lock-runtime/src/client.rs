@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{self as redis_backend, RedisBackend, RedisConfig};
-use crate::backend::Backend;
+use crate::backend::redlock::{Node, RedlockBackend};
+use crate::backend::{Backend, BackendError};
 use crate::io::Io;
 use crate::wakeup::Waiters;
 use crate::watchdog::{self, Registry};
@@ -37,6 +38,8 @@ pub(crate) struct Inner {
     pub prefix: Box<str>,
     pub lease: Duration,
     pub wait: Duration,
+    /// See [`LockClientBuilder::clock_drift_factor`].
+    pub drift_factor: f64,
     pub backend: Backend,
     pub waiters: Arc<Waiters>,
     pub registry: Arc<Registry>,
@@ -50,6 +53,7 @@ impl fmt::Debug for LockClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let backend = match self.inner.backend {
             Backend::Redis(_) => "redis",
+            Backend::Redlock(_) => "redlock",
             Backend::Memory(_) => "memory",
         };
         f.debug_struct("LockClient")
@@ -68,6 +72,8 @@ pub struct LockClientBuilder {
     wait: Duration,
     connect_timeout: Duration,
     command_timeout: Duration,
+    node_timeout: Duration,
+    drift_factor: f64,
 }
 
 impl Default for LockClientBuilder {
@@ -78,6 +84,8 @@ impl Default for LockClientBuilder {
             wait: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(5),
             command_timeout: Duration::from_secs(2),
+            node_timeout: Duration::from_millis(100),
+            drift_factor: 0.01,
         }
     }
 }
@@ -115,8 +123,23 @@ impl LockClientBuilder {
         self
     }
 
+    /// How long each Redlock node may take to answer one operation
+    /// (default 100 ms); keep it far below the lease.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.node_timeout = timeout;
+        self
+    }
+
+    /// The share of a lease kept off the lock's validity for clock drift
+    /// between this process and the servers (default 0.01): a lock taken at
+    /// `t` is trusted until `t + lease - (lease x factor + 2 ms)`.
+    pub fn clock_drift_factor(mut self, factor: f64) -> Self {
+        self.drift_factor = factor;
+        self
+    }
+
     /// Connects to one Redis node: `redis://host:port/db`, `rediss://...`
-    /// (TLS, when the redis crate is built with a TLS feature) or
+    /// (TLS, with the feature `tls-rustls` or `tls-native-tls`) or
     /// `unix:///path/to/redis.sock`. Needs Redis 6 or later (RESP3 carries
     /// the release notifications).
     ///
@@ -124,13 +147,37 @@ impl LockClientBuilder {
     /// [`LockError::Connect`] when the URL is invalid or Redis cannot be
     /// reached within the connect timeout.
     pub async fn connect(self, url: &str) -> Result<LockClient, LockError> {
+        self.connect_to(Target::One(url.to_owned())).await
+    }
+
+    /// Connects to N independent Redis masters (N >= 3, typically 3, 5 or
+    /// 7) and locks by quorum (Redlock): a lock is held when N/2 + 1 nodes
+    /// granted it within its lease. Everything else (the attribute, re-entry,
+    /// renewal, `wait`, loss, cancellation, fencing tokens) works as with one
+    /// node.
+    ///
+    /// Nodes that are down now are connected to later, by themselves; a
+    /// quorum must answer now.
+    ///
+    /// # Errors
+    /// [`LockError::Connect`] with fewer than 3 URLs, an invalid URL, or
+    /// when fewer than a quorum of nodes answer within the connect timeout;
+    /// its message names each failed node.
+    pub async fn redlock(self, urls: &[&str]) -> Result<LockClient, LockError> {
+        if urls.len() < 3 {
+            return Err(LockError::Connect(redis::RedisError::from((
+                redis::ErrorKind::Client,
+                "Redlock needs at least 3 independent Redis nodes",
+            ))));
+        }
+        let urls = urls.iter().map(|u| (*u).to_owned()).collect();
+        self.connect_to(Target::Quorum(urls)).await
+    }
+
+    async fn connect_to(self, target: Target) -> Result<LockClient, LockError> {
         let io = Io::start().map_err(|e| LockError::Connect(e.into()))?;
         let id = new_client_id();
         let waiters = Arc::new(Waiters::default());
-        let config = RedisConfig {
-            connect_timeout: self.connect_timeout,
-            command_timeout: self.command_timeout,
-        };
         let on_push = {
             let waiters = waiters.clone();
             let id = id.clone();
@@ -139,28 +186,59 @@ impl LockClientBuilder {
                     // Releases published while disconnected are lost: let
                     // every waiter try again.
                     waiters.wake_all();
-                } else if let Some((channel, sender)) = redis_backend::message(&info) {
+                } else if let Some(released) = redis_backend::released(&info) {
                     // This client's own releases woke its waiters already.
-                    if sender != id.as_bytes() {
-                        waiters.wake_one(channel);
+                    if released.client != id.as_bytes() {
+                        waiters.wake_release(released.key, released.token);
                     }
                 }
             }
         };
-        let url = url.to_owned();
-        let connect_id = id.clone();
+        let connect_timeout = self.connect_timeout;
+        let config = RedisConfig {
+            connect_timeout,
+            command_timeout: self.command_timeout,
+        };
+        let node_config = RedisConfig {
+            connect_timeout,
+            command_timeout: self.node_timeout,
+        };
+        let (node_timeout, drift_factor) = (self.node_timeout, self.drift_factor);
+        let client_id = id.clone();
         let connecting = io.spawn(async move {
-            let connecting = RedisBackend::connect(&url, &config, connect_id, on_push);
-            match tokio::time::timeout(config.connect_timeout, connecting).await {
+            let connecting = async {
+                match target {
+                    Target::One(url) => {
+                        let backend =
+                            RedisBackend::connect(&url, &config, client_id, on_push, false).await?;
+                        Ok(Backend::Redis(backend))
+                    }
+                    Target::Quorum(urls) => {
+                        let mut nodes = Vec::with_capacity(urls.len());
+                        for url in urls {
+                            let id = client_id.clone();
+                            let on_push = on_push.clone();
+                            let backend =
+                                RedisBackend::connect(&url, &node_config, id, on_push, true).await?;
+                            let name = node_name(&url);
+                            nodes.push(Node { name, backend });
+                        }
+                        let redlock = RedlockBackend::new(nodes, node_timeout, drift_factor);
+                        redlock.check().await?;
+                        Ok(Backend::Redlock(redlock))
+                    }
+                }
+            };
+            match tokio::time::timeout(connect_timeout, connecting).await {
                 Ok(result) => result,
-                Err(_) => Err(redis::RedisError::from((
+                Err(_) => Err(BackendError::Redis(redis::RedisError::from((
                     redis::ErrorKind::Io,
                     "connect timed out",
-                ))),
+                )))),
             }
         });
         let backend = match connecting.await {
-            Ok(result) => result.map_err(LockError::Connect)?,
+            Ok(result) => result.map_err(connect_error)?,
             Err(join) => {
                 let message = if join.is_panic() {
                     "connect panicked"
@@ -173,7 +251,7 @@ impl LockClientBuilder {
                 ))));
             }
         };
-        Ok(self.finish(id, Backend::Redis(backend), waiters, io))
+        Ok(self.finish(id, backend, waiters, io))
     }
 
     /// The embedded backend: the same semantics inside this process.
@@ -197,6 +275,7 @@ impl LockClientBuilder {
             prefix: self.prefix.into(),
             lease: self.lease,
             wait: self.wait,
+            drift_factor: self.drift_factor,
             backend,
             waiters,
             registry,
@@ -211,13 +290,39 @@ impl LockClientBuilder {
     }
 }
 
+/// What a client connects to.
+enum Target {
+    One(String),
+    Quorum(Vec<String>),
+}
+
+/// A node's address without credentials, for error messages.
+fn node_name(url: &str) -> Arc<str> {
+    match redis::Client::open(url) {
+        Ok(client) => client.get_connection_info().addr().to_string().into(),
+        Err(_) => "(invalid url)".into(),
+    }
+}
+
+/// The error of a failed connect.
+fn connect_error(error: BackendError) -> LockError {
+    match error {
+        BackendError::Redis(error) => LockError::Connect(error),
+        quorum @ BackendError::NoQuorum { .. } => LockError::Connect(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "too few Redlock nodes answered",
+            quorum.to_string(),
+        ))),
+    }
+}
+
 /// Drops the release subscription of `key` in the background once nobody
 /// waits on it.
 fn unsubscribe_later(client: &Weak<Inner>, key: Box<str>) {
     let Some(inner) = client.upgrade() else {
         return;
     };
-    if !matches!(inner.backend, Backend::Redis(_)) {
+    if !inner.backend.subscribes() {
         return;
     }
     let task = inner.clone();
@@ -240,6 +345,15 @@ impl LockClient {
     /// timeouts.
     pub fn builder() -> LockClientBuilder {
         LockClientBuilder::default()
+    }
+
+    /// Connects to N independent Redis masters with the default options;
+    /// see [`LockClientBuilder::redlock`].
+    ///
+    /// # Errors
+    /// As [`LockClientBuilder::redlock`].
+    pub async fn redlock(urls: &[&str]) -> Result<LockClient, LockError> {
+        Self::builder().redlock(urls).await
     }
 
     /// Connects to one Redis node with the default options; see

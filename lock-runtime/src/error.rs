@@ -47,6 +47,19 @@ pub enum LockError {
         source: redis::RedisError,
     },
 
+    /// Too few Redlock nodes answered to decide: each failure names its node.
+    #[error("lock `{key}`: {reached} of the {needed} Redis nodes needed for a quorum answered; {}", NodeFailure::list(.failures))]
+    NoQuorum {
+        /// The lock's key.
+        key: String,
+        /// How many nodes a quorum needs.
+        needed: usize,
+        /// How many answered.
+        reached: usize,
+        /// The nodes that did not answer, and why.
+        failures: Vec<NodeFailure>,
+    },
+
     /// The client could not connect to or talk to Redis.
     #[error("cannot connect to Redis")]
     Connect(#[source] redis::RedisError),
@@ -89,8 +102,28 @@ impl LockError {
             LockError::Timeout { key, .. }
             | LockError::Lost { key, .. }
             | LockError::Backend { key, .. }
+            | LockError::NoQuorum { key, .. }
             | LockError::Invalid { key, .. } => Some(key),
             _ => None,
         }
+    }
+}
+
+/// One Redis node that failed a Redlock operation.
+#[derive(Debug)]
+pub struct NodeFailure {
+    /// The node, as its URL without credentials.
+    pub node: String,
+    /// What went wrong: the error, or a timeout.
+    pub error: redis::RedisError,
+}
+
+impl NodeFailure {
+    pub(crate) fn list(failures: &[NodeFailure]) -> String {
+        let parts: Vec<String> = failures
+            .iter()
+            .map(|f| format!("{}: {}", f.node, f.error))
+            .collect();
+        parts.join("; ")
     }
 }

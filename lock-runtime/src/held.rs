@@ -28,6 +28,9 @@ pub(crate) struct HeldLock {
     prefix_len: usize,
     pub owner: Arc<str>,
     pub lease: Duration,
+    /// The margin kept off every lease for clock-rate drift between this
+    /// process and the servers.
+    drift: Duration,
     /// The fencing token this acquisition got.
     pub token: u64,
     validity: watch::Sender<Validity>,
@@ -36,20 +39,16 @@ pub(crate) struct HeldLock {
     epoch: Instant,
 }
 
-/// The margin kept off every lease for clock-rate drift between this
-/// process and the server: 1% of the lease plus 2 ms.
-pub(crate) fn drift(lease: Duration) -> Duration {
-    lease / 100 + Duration::from_millis(2)
-}
-
 impl HeldLock {
-    /// A lock taken by a request sent at `sent`.
+    /// A lock taken by a request sent at `sent`: valid until
+    /// `sent + lease - drift`.
     pub(crate) fn new(
         id: u64,
         key: Box<str>,
         prefix_len: usize,
         owner: Arc<str>,
         lease: Duration,
+        drift: Duration,
         token: u64,
         sent: Instant,
     ) -> Self {
@@ -59,10 +58,9 @@ impl HeldLock {
             prefix_len,
             owner,
             lease,
+            drift,
             token,
-            validity: watch::Sender::new(Validity::Until(
-                sent + lease.saturating_sub(drift(lease)),
-            )),
+            validity: watch::Sender::new(Validity::Until(sent + lease.saturating_sub(drift))),
             next_renew_ms: AtomicU64::new(0),
             epoch: sent,
         };
@@ -89,7 +87,7 @@ impl HeldLock {
 
     /// A renewal sent at `sent` succeeded: the lock is valid for another lease.
     pub(crate) fn renewed(&self, sent: Instant) {
-        let until = sent + self.lease.saturating_sub(drift(self.lease));
+        let until = sent + self.lease.saturating_sub(self.drift);
         self.validity.send_if_modified(|v| match v {
             Validity::Until(old) if *old < until => {
                 *v = Validity::Until(until);

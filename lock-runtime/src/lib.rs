@@ -98,7 +98,7 @@ pub mod __private {
 }
 
 pub use client::{LockClient, LockClientBuilder};
-pub use error::{LockError, LossReason};
+pub use error::{LockError, LossReason, NodeFailure};
 pub use fencing::{fencing_token, fencing_token_of};
 pub use global::{client, init};
 /// Runs an async function under a distributed lock; see the

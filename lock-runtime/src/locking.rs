@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Acquire, Release};
+use crate::backend::{Acquire, BackendError, Release};
 use crate::held::HeldLock;
 use crate::{ownership, LockClient, LockError, LockOptions, LossReason};
 
@@ -116,14 +116,12 @@ async fn acquire(
     let inner = &client.inner;
     let start = Instant::now();
     let prefix = inner.prefix.len();
+    let drift = lease.mul_f64(inner.drift_factor) + Duration::from_millis(2);
     let held = |key: String, owner: Arc<str>, token: u64, sent: Instant| {
         let id = client.new_lock_id();
-        HeldLock::new(id, key.into(), prefix, owner, lease, token, sent)
+        HeldLock::new(id, key.into(), prefix, owner, lease, drift, token, sent)
     };
-    let failed = |key: &str, source| LockError::Backend {
-        key: key.to_owned(),
-        source,
-    };
+    let failed = |key: &str, error| backend_error(key, error);
 
     match attempt(client, &key, &owner, lease).await {
         Ok(Acquire::Acquired(token)) => return Ok(held(key, owner, token, start)),
@@ -179,7 +177,7 @@ async fn attempt(
     key: &str,
     owner: &Arc<str>,
     lease: Duration,
-) -> Result<Acquire, redis::RedisError> {
+) -> Result<Acquire, BackendError> {
     struct InFlight<'a> {
         client: &'a LockClient,
         key: &'a str,
@@ -194,7 +192,7 @@ async fn attempt(
             let client = self.client.clone();
             let (key, owner) = (self.key.to_owned(), self.owner.clone());
             self.client.inner.io.spawn(async move {
-                let _ = client.inner.backend.release(&key, &owner).await;
+                let _ = client.inner.backend.release(&key, &owner, 0).await;
             });
         }
     }
@@ -210,7 +208,7 @@ async fn attempt(
 }
 
 /// Makes sure releases of `key` by other clients wake this one.
-async fn subscribe(client: &LockClient, key: &str) -> Result<(), redis::RedisError> {
+async fn subscribe(client: &LockClient, key: &str) -> Result<(), BackendError> {
     let inner = &client.inner;
     let mut subscribed = inner.subscribed.lock().await;
     if !subscribed.contains(key) {
@@ -257,19 +255,40 @@ impl Drop for ReleaseGuard<'_> {
     }
 }
 
+/// The error for a backend failure on `key`.
+fn backend_error(key: &str, error: BackendError) -> LockError {
+    match error {
+        BackendError::Redis(source) => LockError::Backend {
+            key: key.to_owned(),
+            source,
+        },
+        BackendError::NoQuorum {
+            needed,
+            reached,
+            failures,
+        } => LockError::NoQuorum {
+            key: key.to_owned(),
+            needed,
+            reached,
+            failures,
+        },
+    }
+}
+
 /// Gives the hold back; `None` when the backend failed (the lock then
 /// expires with its lease).
 async fn release(client: &LockClient, held: &HeldLock) -> Option<Release> {
     let inner = &client.inner;
-    match inner.backend.release(&held.key, &held.owner).await {
+    match inner.backend.release(&held.key, &held.owner, held.token).await {
         Ok(outcome) => {
             if outcome == Release::Freed {
-                inner.waiters.wake_one(held.key.as_bytes());
+                inner.waiters.wake_release(held.key.as_bytes(), held.token);
             }
             Some(outcome)
         }
         Err(error) => {
-            tracing::warn!(%error, key = &*held.key, "release failed; the lock expires with its lease");
+            let error = backend_error(&held.key, error);
+            tracing::warn!(%error, "release failed; the lock expires with its lease");
             None
         }
     }

@@ -7,7 +7,7 @@
 //! never sits unclaimed while others sleep.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use tokio::sync::Notify;
@@ -15,6 +15,9 @@ use tokio::sync::Notify;
 #[derive(Default)]
 struct Slot {
     notify: Notify,
+    /// The fencing token of the last release that woke a waiter: the
+    /// Redlock nodes each announce a release, and it should wake one waiter.
+    last_release: AtomicU64,
 }
 
 struct Entry {
@@ -65,13 +68,17 @@ impl Waiters {
         }
     }
 
-    /// Wakes the longest waiting waiter on `key`, if any.
-    pub(crate) fn wake_one(&self, key: &[u8]) {
+    /// A hold of `key` with fencing token `token` was released: wakes the
+    /// longest waiting waiter, skipping repeats of the same release.
+    pub(crate) fn wake_release(&self, key: &[u8], token: u64) {
         let Ok(key) = std::str::from_utf8(key) else {
             return;
         };
         if let Some(slot) = self.with(|slots| slots.get(key).map(|e| e.slot.clone())) {
-            slot.notify.notify_one();
+            // Token 0: a release whose token is unknown, always news.
+            if token == 0 || slot.last_release.swap(token, Ordering::AcqRel) != token {
+                slot.notify.notify_one();
+            }
         }
     }
 

@@ -1,15 +1,40 @@
-//! Where locks live: one Redis node, or this process's memory.
+//! Where locks live: one Redis node, a quorum of independent Redis masters
+//! (Redlock), or this process's memory.
 //!
-//! Both backends answer the same three questions, each decided atomically:
+//! Every backend answers the same three questions, each decided atomically:
 //! take (or re-enter) a lock, give one hold back, and reset the leases of a
 //! batch of held locks.
 
 pub(crate) mod memory;
 pub(crate) mod redis;
+pub(crate) mod redlock;
 
 use std::time::Duration;
 
 use ::redis::RedisError;
+
+use crate::error::NodeFailure;
+
+/// Why a backend could not answer.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BackendError {
+    /// The one Redis node failed.
+    #[error(transparent)]
+    Redis(RedisError),
+    /// Too few Redlock nodes answered to reach a quorum.
+    #[error("{reached} of the {needed} Redis nodes needed answered; {}", NodeFailure::list(.failures))]
+    NoQuorum {
+        needed: usize,
+        reached: usize,
+        failures: Vec<NodeFailure>,
+    },
+}
+
+impl From<RedisError> for BackendError {
+    fn from(error: RedisError) -> Self {
+        BackendError::Redis(error)
+    }
+}
 
 /// The answer to an acquire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,10 +63,11 @@ pub(crate) struct RenewItem<'a> {
     pub lease: Duration,
 }
 
-/// The backends, dispatched by match: both are known to this crate.
+/// The backends, dispatched by match: all are known to this crate.
 #[derive(Clone)]
 pub(crate) enum Backend {
     Redis(redis::RedisBackend),
+    Redlock(redlock::RedlockBackend),
     Memory(memory::MemoryBackend),
 }
 
@@ -51,42 +77,59 @@ impl Backend {
         key: &str,
         owner: &str,
         lease: Duration,
-    ) -> Result<Acquire, RedisError> {
+    ) -> Result<Acquire, BackendError> {
         match self {
-            Backend::Redis(b) => b.acquire(key, owner, lease).await,
+            Backend::Redis(b) => Ok(b.acquire(key, owner, lease).await?),
+            Backend::Redlock(b) => b.acquire(key, owner, lease).await,
             Backend::Memory(b) => Ok(b.acquire(key, owner, lease)),
         }
     }
 
-    pub(crate) async fn release(&self, key: &str, owner: &str) -> Result<Release, RedisError> {
+    /// Gives back one hold; `token` goes out with the release notice, so
+    /// that a waiter told by several nodes wakes once.
+    pub(crate) async fn release(
+        &self,
+        key: &str,
+        owner: &str,
+        token: u64,
+    ) -> Result<Release, BackendError> {
         match self {
-            Backend::Redis(b) => b.release(key, owner).await,
+            Backend::Redis(b) => Ok(b.release(key, owner, token).await?),
+            Backend::Redlock(b) => b.release(key, owner, token).await,
             Backend::Memory(b) => Ok(b.release(key, owner)),
         }
     }
 
     /// One flag per item: whether its lease was reset.
-    pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<bool>, RedisError> {
+    pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<bool>, BackendError> {
         match self {
-            Backend::Redis(b) => b.renew(items).await,
+            Backend::Redis(b) => Ok(b.renew(items).await?),
+            Backend::Redlock(b) => b.renew(items).await,
             Backend::Memory(b) => Ok(b.renew(items)),
         }
     }
 
     /// Makes sure a release of `key` by another client will wake this one.
-    pub(crate) async fn watch_releases(&self, key: &str) -> Result<(), RedisError> {
+    pub(crate) async fn watch_releases(&self, key: &str) -> Result<(), BackendError> {
         match self {
-            Backend::Redis(b) => b.subscribe(key).await,
+            Backend::Redis(b) => Ok(b.subscribe(key).await?),
+            Backend::Redlock(b) => b.subscribe(key).await,
             Backend::Memory(_) => Ok(()),
         }
     }
 
     /// Stops listening for releases of `key` once nobody here waits on it.
-    pub(crate) async fn unwatch_releases(&self, key: &str) -> Result<(), RedisError> {
+    pub(crate) async fn unwatch_releases(&self, key: &str) -> Result<(), BackendError> {
         match self {
-            Backend::Redis(b) => b.unsubscribe(key).await,
+            Backend::Redis(b) => Ok(b.unsubscribe(key).await?),
+            Backend::Redlock(b) => b.unsubscribe(key).await,
             Backend::Memory(_) => Ok(()),
         }
+    }
+
+    /// Whether releases reach this client through pub/sub subscriptions.
+    pub(crate) fn subscribes(&self) -> bool {
+        !matches!(self, Backend::Memory(_))
     }
 }
 

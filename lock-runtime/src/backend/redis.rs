@@ -31,12 +31,15 @@ pub(crate) struct RedisBackend {
 
 impl RedisBackend {
     /// Connects both connections. `on_push` sees every pub/sub message and
-    /// every disconnection of the subscription connection.
+    /// every disconnection of the subscription connection. With `lazy`, the
+    /// connections are made on first use (and remade until they succeed), so
+    /// a node that is down now does not fail the call.
     pub(crate) async fn connect(
         url: &str,
         config: &RedisConfig,
         client_id: Arc<str>,
         on_push: impl Fn(PushInfo) + Send + Sync + 'static,
+        lazy: bool,
     ) -> Result<Self, RedisError> {
         let client = Client::open(url)?;
         let info = client.get_connection_info().clone();
@@ -59,10 +62,17 @@ impl RedisBackend {
             })
             .set_automatic_resubscription();
 
-        let (commands, pubsub) = tokio::try_join!(
-            ConnectionManager::new_with_config(client, base),
-            ConnectionManager::new_with_config(pubsub_client, pubsub_config),
-        )?;
+        let (commands, pubsub) = if lazy {
+            (
+                ConnectionManager::new_lazy_with_config(client, base)?,
+                ConnectionManager::new_lazy_with_config(pubsub_client, pubsub_config)?,
+            )
+        } else {
+            tokio::try_join!(
+                ConnectionManager::new_with_config(client, base),
+                ConnectionManager::new_with_config(pubsub_client, pubsub_config),
+            )?
+        };
         Ok(RedisBackend {
             commands,
             pubsub,
@@ -95,12 +105,18 @@ impl RedisBackend {
         })
     }
 
-    pub(crate) async fn release(&self, key: &str, owner: &str) -> Result<Release, RedisError> {
+    pub(crate) async fn release(
+        &self,
+        key: &str,
+        owner: &str,
+        token: u64,
+    ) -> Result<Release, RedisError> {
         let freed: i64 = RELEASE
             .key(key)
             .arg(owner)
             .arg(&*self.client_id)
             .arg(millis(FENCE_RETENTION))
+            .arg(token)
             .invoke_async(&mut self.commands.clone())
             .await?;
         Ok(match freed {
@@ -126,15 +142,34 @@ impl RedisBackend {
     pub(crate) async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
         self.pubsub.clone().unsubscribe(key).await
     }
+
+    /// Whether the node answers PING.
+    pub(crate) async fn ping(&self) -> Result<(), RedisError> {
+        redis::cmd("PING").query_async(&mut self.commands.clone()).await
+    }
 }
 
-/// The channel and payload of a pub/sub message, if `info` is one.
-pub(crate) fn message(info: &PushInfo) -> Option<(&[u8], &[u8])> {
+/// A release notice: the lock's key, the releasing client's id and the
+/// fencing token of the released hold.
+pub(crate) struct Released<'a> {
+    pub key: &'a [u8],
+    pub client: &'a [u8],
+    pub token: u64,
+}
+
+/// The release notice in `info`, if it is one.
+pub(crate) fn released(info: &PushInfo) -> Option<Released<'_>> {
     if info.kind != redis::PushKind::Message {
         return None;
     }
-    match info.data.as_slice() {
-        [Value::BulkString(channel), Value::BulkString(payload)] => Some((channel, payload)),
-        _ => None,
-    }
+    let [Value::BulkString(key), Value::BulkString(payload)] = info.data.as_slice() else {
+        return None;
+    };
+    let split = payload.iter().rposition(|b| *b == b':')?;
+    let token = std::str::from_utf8(&payload[split + 1..]).ok()?.parse().ok()?;
+    Some(Released {
+        key,
+        client: &payload[..split],
+        token,
+    })
 }

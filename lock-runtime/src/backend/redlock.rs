@@ -1,0 +1,208 @@
+//! Redlock: one lock across N independent Redis masters, decided by quorum.
+//!
+//! Every operation goes to all nodes at once, each bounded by the node
+//! timeout, so a node that is down or frozen costs only that timeout. A lock
+//! is taken when a majority (N/2 + 1) took it within its lease; otherwise the
+//! holds that were taken are given back and the caller retries. A renewal
+//! that no majority confirms means the lock is lost. The fencing token is the
+//! largest token of the nodes that granted the lock.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::RedisError;
+use tokio::time::Instant;
+
+use super::redis::RedisBackend;
+use super::{Acquire, BackendError, Release, RenewItem};
+use crate::error::NodeFailure;
+
+/// One master.
+#[derive(Clone)]
+pub(crate) struct Node {
+    /// The URL without credentials, for error messages.
+    pub name: Arc<str>,
+    pub backend: RedisBackend,
+}
+
+/// The nodes and how long each may take.
+#[derive(Clone)]
+pub(crate) struct RedlockBackend {
+    nodes: Arc<[Node]>,
+    node_timeout: Duration,
+    /// The margin kept off a lease for clock drift: lease x factor + 2 ms.
+    drift_factor: f64,
+}
+
+/// What each node answered, in node order.
+type Answers<T> = Vec<Result<T, RedisError>>;
+
+impl RedlockBackend {
+    pub(crate) fn new(nodes: Vec<Node>, node_timeout: Duration, drift_factor: f64) -> Self {
+        RedlockBackend {
+            nodes: nodes.into(),
+            node_timeout,
+            drift_factor,
+        }
+    }
+
+    /// How many nodes make a majority.
+    pub(crate) fn quorum(&self) -> usize {
+        self.nodes.len() / 2 + 1
+    }
+
+    /// Runs `op` on every node at once, each within the node timeout.
+    async fn on_all<'a, T, F, Fut>(&'a self, op: F) -> Answers<T>
+    where
+        F: Fn(&'a RedisBackend) -> Fut,
+        Fut: Future<Output = Result<T, RedisError>> + 'a,
+    {
+        let timeout = self.node_timeout;
+        let calls = self.nodes.iter().map(|node| {
+            let call = op(&node.backend);
+            async move {
+                match tokio::time::timeout(timeout, call).await {
+                    Ok(answer) => answer,
+                    Err(_) => Err(RedisError::from((
+                        redis::ErrorKind::Io,
+                        "no answer within the node timeout",
+                    ))),
+                }
+            }
+        });
+        futures_util::future::join_all(calls).await
+    }
+
+    /// The failures among `answers`, named by node.
+    fn failures<T>(&self, answers: Answers<T>) -> Vec<NodeFailure> {
+        self.nodes
+            .iter()
+            .zip(answers)
+            .filter_map(|(node, answer)| {
+                answer.err().map(|error| NodeFailure {
+                    node: node.name.to_string(),
+                    error,
+                })
+            })
+            .collect()
+    }
+
+    fn no_quorum<T>(&self, reached: usize, answers: Answers<T>) -> BackendError {
+        BackendError::NoQuorum {
+            needed: self.quorum(),
+            reached,
+            failures: self.failures(answers),
+        }
+    }
+
+    pub(crate) async fn acquire(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Acquire, BackendError> {
+        let sent = Instant::now();
+        let answers = self.on_all(|node| node.acquire(key, owner, lease)).await;
+        let drift = lease.mul_f64(self.drift_factor) + Duration::from_millis(2);
+        let mut tokens = Vec::new();
+        let mut ttls = Vec::new();
+        for answer in &answers {
+            match answer {
+                Ok(Acquire::Acquired(token)) => tokens.push(*token),
+                Ok(Acquire::Held(ttl)) => ttls.push(*ttl),
+                Err(_) => {}
+            }
+        }
+        let in_time = sent.elapsed() + drift < lease;
+        if tokens.len() >= self.quorum() && in_time {
+            let token = tokens.iter().copied().max().unwrap_or_default();
+            return Ok(Acquire::Acquired(token));
+        }
+        if !tokens.is_empty() {
+            // No quorum in time: give back what was taken, on every node.
+            let _ = self.on_all(|node| node.release(key, owner, 0)).await;
+        }
+        let answered = tokens.len() + ttls.len();
+        if answered < self.quorum() {
+            return Err(self.no_quorum(answered, answers));
+        }
+        if ttls.len() >= self.quorum() {
+            // Another owner holds a majority: wait for the earliest expiry,
+            // or for a release notice.
+            return Ok(Acquire::Held(ttls.into_iter().flatten().min()));
+        }
+        // A split vote, or too slow: retry after a random short delay.
+        Ok(Acquire::Held(Some(random_delay())))
+    }
+
+    pub(crate) async fn release(
+        &self,
+        key: &str,
+        owner: &str,
+        token: u64,
+    ) -> Result<Release, BackendError> {
+        let answers = self.on_all(|node| node.release(key, owner, token)).await;
+        let held = answers
+            .iter()
+            .filter(|a| matches!(a, Ok(Release::Freed | Release::StillHeld)))
+            .count();
+        let failed = answers.iter().filter(|a| a.is_err()).count();
+        if held >= self.quorum() {
+            let still = answers
+                .iter()
+                .any(|a| matches!(a, Ok(Release::StillHeld)));
+            return Ok(if still { Release::StillHeld } else { Release::Freed });
+        }
+        if held + failed >= self.quorum() {
+            // The failed nodes may have held it: we cannot tell.
+            return Err(self.no_quorum(self.nodes.len() - failed, answers));
+        }
+        Ok(Release::NotHeld)
+    }
+
+    /// A lock is renewed when a majority reset its lease.
+    pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<bool>, BackendError> {
+        let answers = self.on_all(|node| node.renew(items)).await;
+        if answers.iter().all(|a| a.is_err()) {
+            return Err(self.no_quorum(0, answers));
+        }
+        let mut confirmed = vec![0; items.len()];
+        for renewed in answers.iter().flatten() {
+            for (count, ok) in confirmed.iter_mut().zip(renewed) {
+                *count += usize::from(*ok);
+            }
+        }
+        Ok(confirmed.into_iter().map(|n| n >= self.quorum()).collect())
+    }
+
+    /// Subscribes on every node; enough if one node will tell.
+    pub(crate) async fn subscribe(&self, key: &str) -> Result<(), BackendError> {
+        let answers = self.on_all(|node| node.subscribe(key)).await;
+        if answers.iter().any(|a| a.is_ok()) {
+            return Ok(());
+        }
+        Err(self.no_quorum(0, answers))
+    }
+
+    pub(crate) async fn unsubscribe(&self, key: &str) -> Result<(), BackendError> {
+        let _ = self.on_all(|node| node.unsubscribe(key)).await;
+        Ok(())
+    }
+
+    /// Pings every node; at least a quorum must answer.
+    pub(crate) async fn check(&self) -> Result<(), BackendError> {
+        let answers = self.on_all(|node| node.ping()).await;
+        let answered = answers.iter().filter(|a| a.is_ok()).count();
+        if answered >= self.quorum() {
+            return Ok(());
+        }
+        Err(self.no_quorum(answered, answers))
+    }
+}
+
+/// 5 to 50 ms, so that clients that split a vote do not collide again.
+fn random_delay() -> Duration {
+    let random = uuid::Uuid::new_v4().as_u128();
+    Duration::from_millis(5 + (random % 46) as u64)
+}

@@ -6,7 +6,6 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use lock_runtime::{LockClient, LockError, LockOptions};
-use lock_suite::inventory;
 use support::RedisServer;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
@@ -17,44 +16,7 @@ const WORKER: &str = env!("CARGO_BIN_EXE_stock-worker");
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_processes_deducting_one_stock_never_oversell() {
     let server = RedisServer::start();
-    let url = server.url();
-    let mut con = redis::Client::open(url.as_str())
-        .expect("url")
-        .get_multiplexed_async_connection()
-        .await
-        .expect("connect");
-    inventory::set_stock(&mut con, "sku-1", 100)
-        .await
-        .expect("stock");
-
-    // 4 x 40 = 160 attempts on a stock of 100.
-    let workers: Vec<_> = (0..4)
-        .map(|_| {
-            Command::new(WORKER)
-                .args(["deduct", &url, "sku-1", "40"])
-                .stdout(Stdio::piped())
-                .kill_on_drop(true)
-                .spawn()
-                .expect("start worker")
-        })
-        .collect();
-    let mut sold = 0;
-    for worker in workers {
-        let output = tokio::time::timeout(Duration::from_secs(120), worker.wait_with_output())
-            .await
-            .expect("worker finished in time")
-            .expect("worker output");
-        assert!(output.status.success(), "worker failed: {output:?}");
-        let line = String::from_utf8(output.stdout).expect("utf-8");
-        let n: u64 = line
-            .trim()
-            .strip_prefix("sold ")
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("unexpected worker output {line:?}"));
-        sold += n;
-    }
-    assert_eq!(sold, 100, "every unit sold exactly once");
-    assert_eq!(inventory::stock(&mut con, "sku-1").await.expect("stock"), 0);
+    support::four_processes_never_oversell(&server.url(), &server.url()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -198,10 +198,14 @@ impl LockClientBuilder {
         let config = RedisConfig {
             connect_timeout,
             command_timeout: self.command_timeout,
+            retries: 2,
         };
+        // A Redlock node that is down must cost at most its timeout, and
+        // fail at once when it refuses connections.
         let node_config = RedisConfig {
-            connect_timeout,
+            connect_timeout: self.node_timeout,
             command_timeout: self.node_timeout,
+            retries: 0,
         };
         let (node_timeout, drift_factor) = (self.node_timeout, self.drift_factor);
         let client_id = id.clone();
@@ -219,7 +223,8 @@ impl LockClientBuilder {
                             let id = client_id.clone();
                             let on_push = on_push.clone();
                             let backend =
-                                RedisBackend::connect(&url, &node_config, id, on_push, true).await?;
+                                RedisBackend::connect(&url, &node_config, id, on_push, true)
+                                    .await?;
                             let name = node_name(&url);
                             nodes.push(Node { name, backend });
                         }

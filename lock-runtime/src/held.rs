@@ -39,16 +39,21 @@ pub(crate) struct HeldLock {
     epoch: Instant,
 }
 
+/// How long a lock was granted for: its lease, less the drift margin.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Term {
+    pub lease: Duration,
+    pub drift: Duration,
+}
+
 impl HeldLock {
     /// A lock taken by a request sent at `sent`: valid until
     /// `sent + lease - drift`.
     pub(crate) fn new(
         id: u64,
-        key: Box<str>,
-        prefix_len: usize,
+        (key, prefix_len): (Box<str>, usize),
         owner: Arc<str>,
-        lease: Duration,
-        drift: Duration,
+        Term { lease, drift }: Term,
         token: u64,
         sent: Instant,
     ) -> Self {

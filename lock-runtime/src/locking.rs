@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{Acquire, BackendError, Release};
-use crate::held::HeldLock;
+use crate::held::{HeldLock, Term};
 use crate::{ownership, LockClient, LockError, LockOptions, LossReason};
 
 /// How long a waiter sleeps when the holder's lock has no expiry (someone
@@ -116,10 +116,13 @@ async fn acquire(
     let inner = &client.inner;
     let start = Instant::now();
     let prefix = inner.prefix.len();
-    let drift = lease.mul_f64(inner.drift_factor) + Duration::from_millis(2);
+    let term = Term {
+        lease,
+        drift: lease.mul_f64(inner.drift_factor) + Duration::from_millis(2),
+    };
     let held = |key: String, owner: Arc<str>, token: u64, sent: Instant| {
         let id = client.new_lock_id();
-        HeldLock::new(id, key.into(), prefix, owner, lease, drift, token, sent)
+        HeldLock::new(id, (key.into(), prefix), owner, term, token, sent)
     };
     let failed = |key: &str, error| backend_error(key, error);
 
@@ -279,7 +282,11 @@ fn backend_error(key: &str, error: BackendError) -> LockError {
 /// expires with its lease).
 async fn release(client: &LockClient, held: &HeldLock) -> Option<Release> {
     let inner = &client.inner;
-    match inner.backend.release(&held.key, &held.owner, held.token).await {
+    match inner
+        .backend
+        .release(&held.key, &held.owner, held.token)
+        .await
+    {
         Ok(outcome) => {
             if outcome == Release::Freed {
                 inner.waiters.wake_release(held.key.as_bytes(), held.token);

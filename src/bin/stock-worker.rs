@@ -1,55 +1,74 @@
 //! A separate OS process for the multi-process tests.
 //!
-//! `stock-worker deduct <redis-url> <sku> <attempts>`: tries to deduct one
-//! unit `attempts` times, then prints `sold <n>`.
+//! `stock-worker deduct <lock-urls> <store-url> <sku> <attempts>`: tries to
+//! deduct one unit `attempts` times, then prints `sold <n>`. `lock-urls` is
+//! one Redis URL, or several separated by commas for Redlock.
+//!
 //! `stock-worker hold <redis-url> <key> <lease-ms>`: takes the lock `key`
-//! (renewed by the watchdog), prints `held`, then sleeps until killed
-//! (at most 60 s).
+//! (renewed by the watchdog), prints `held`, then sleeps until killed (at
+//! most 60 s).
 
 use std::time::Duration;
 
 use lock_runtime::{LockClient, LockError, LockOptions};
 use lock_suite::inventory::{self, InventoryError};
 
+type Error = Box<dyn std::error::Error>;
+
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [mode, url, name, n] = args.as_slice() else {
-        return Err(
-            "usage: stock-worker deduct|hold <redis-url> <sku|key> <attempts|lease-ms>".into(),
-        );
-    };
-    let n: u64 = n.parse()?;
-    match mode.as_str() {
-        "deduct" => {
-            lock_runtime::init(LockClient::connect(url).await?)?;
-            let mut con = redis::Client::open(url.as_str())?
-                .get_multiplexed_async_connection()
-                .await?;
-            let mut sold = 0;
-            for _ in 0..n {
-                match inventory::deduct(&mut con, name, 1).await {
-                    Ok(_) => sold += 1,
-                    Err(InventoryError::OutOfStock { .. }) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
-            println!("sold {sold}");
+    match args.as_slice() {
+        [mode, locks, store, sku, n] if mode == "deduct" => {
+            deduct(locks, store, sku, n.parse()?).await
         }
-        "hold" => {
-            let client = LockClient::builder()
-                .default_lease(Duration::from_millis(n))
-                .connect(url)
-                .await?;
-            client
-                .run_locked(name, LockOptions::new(), async {
-                    println!("held");
-                    tokio::time::sleep(Duration::from_secs(60)).await;
-                    Ok::<_, LockError>(())
-                })
-                .await?;
-        }
-        other => return Err(format!("unknown mode `{other}`").into()),
+        [mode, url, key, lease] if mode == "hold" => hold(url, key, lease.parse()?).await,
+        _ => Err(
+            "usage: stock-worker deduct <lock-urls> <store-url> <sku> <attempts> \
+                  | hold <redis-url> <key> <lease-ms>"
+                .into(),
+        ),
     }
+}
+
+async fn deduct(locks: &str, store: &str, sku: &str, attempts: u64) -> Result<(), Error> {
+    let urls: Vec<&str> = locks.split(',').collect();
+    let client = match urls.as_slice() {
+        [one] => LockClient::connect(one).await?,
+        many => {
+            LockClient::builder()
+                .node_timeout(Duration::from_millis(200))
+                .redlock(many)
+                .await?
+        }
+    };
+    lock_runtime::init(client)?;
+    let mut con = redis::Client::open(store)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let mut sold = 0;
+    for _ in 0..attempts {
+        match inventory::deduct(&mut con, sku, 1).await {
+            Ok(_) => sold += 1,
+            Err(InventoryError::OutOfStock { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    println!("sold {sold}");
+    Ok(())
+}
+
+async fn hold(url: &str, key: &str, lease_ms: u64) -> Result<(), Error> {
+    let client = LockClient::builder()
+        .default_lease(Duration::from_millis(lease_ms))
+        .connect(url)
+        .await?;
+    client
+        .run_locked(key, LockOptions::new(), async {
+            println!("held");
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok::<_, LockError>(())
+        })
+        .await?;
     Ok(())
 }

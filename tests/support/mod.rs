@@ -395,3 +395,50 @@ impl Holder {
         self.task.await.expect("holder task")
     }
 }
+
+/// 4 worker processes x 40 attempts on a stock of 100, locking on
+/// `lock_urls` (comma-separated for Redlock), the stock in `store_url`:
+/// exactly 100 sold.
+pub async fn four_processes_never_oversell(lock_urls: &str, store_url: &str) {
+    let mut con = redis::Client::open(store_url)
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    lock_suite::inventory::set_stock(&mut con, "sku-1", 100)
+        .await
+        .expect("stock");
+
+    let workers: Vec<_> = (0..4)
+        .map(|_| {
+            tokio::process::Command::new(env!("CARGO_BIN_EXE_stock-worker"))
+                .args(["deduct", lock_urls, store_url, "sku-1", "40"])
+                .stdout(std::process::Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .expect("start worker")
+        })
+        .collect();
+    let mut sold = 0;
+    for worker in workers {
+        let output = tokio::time::timeout(Duration::from_secs(120), worker.wait_with_output())
+            .await
+            .expect("worker finished in time")
+            .expect("worker output");
+        assert!(output.status.success(), "worker failed: {output:?}");
+        let line = String::from_utf8(output.stdout).expect("utf-8");
+        let n: u64 = line
+            .trim()
+            .strip_prefix("sold ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected worker output {line:?}"));
+        sold += n;
+    }
+    assert_eq!(sold, 100, "every unit sold exactly once");
+    assert_eq!(
+        lock_suite::inventory::stock(&mut con, "sku-1")
+            .await
+            .expect("stock"),
+        0
+    );
+}

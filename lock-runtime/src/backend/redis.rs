@@ -16,6 +16,9 @@ static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/
 pub(crate) struct RedisConfig {
     pub connect_timeout: Duration,
     pub command_timeout: Duration,
+    /// Connection attempts after the first when (re)connecting, with
+    /// backoff; 0 fails a command at once when its node refuses.
+    pub retries: usize,
 }
 
 /// Two self-reconnecting connections: one for the scripts, one (RESP3) that
@@ -52,7 +55,7 @@ impl RedisBackend {
         let base = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
             .set_response_timeout(Some(config.command_timeout))
-            .set_number_of_retries(2)
+            .set_number_of_retries(config.retries)
             .set_max_delay(Duration::from_secs(1));
         let pubsub_config = base
             .clone()
@@ -145,7 +148,9 @@ impl RedisBackend {
 
     /// Whether the node answers PING.
     pub(crate) async fn ping(&self) -> Result<(), RedisError> {
-        redis::cmd("PING").query_async(&mut self.commands.clone()).await
+        redis::cmd("PING")
+            .query_async(&mut self.commands.clone())
+            .await
     }
 }
 
@@ -166,7 +171,10 @@ pub(crate) fn released(info: &PushInfo) -> Option<Released<'_>> {
         return None;
     };
     let split = payload.iter().rposition(|b| *b == b':')?;
-    let token = std::str::from_utf8(&payload[split + 1..]).ok()?.parse().ok()?;
+    let token = std::str::from_utf8(&payload[split + 1..])
+        .ok()?
+        .parse()
+        .ok()?;
     Some(Released {
         key,
         client: &payload[..split],

@@ -127,12 +127,14 @@ impl RedlockBackend {
         if answered < self.quorum() {
             return Err(self.no_quorum(answered, answers));
         }
-        if ttls.len() >= self.quorum() {
+        if tokens.is_empty() && ttls.len() >= self.quorum() {
             // Another owner holds a majority: wait for the earliest expiry,
             // or for a release notice.
             return Ok(Acquire::Held(ttls.into_iter().flatten().min()));
         }
-        // A split vote, or too slow: retry after a random short delay.
+        // Some nodes granted it but not a majority: a split vote, a release
+        // that has reached only some nodes yet (its notice may have woken us
+        // early), or too slow. Retry after a random short delay.
         Ok(Acquire::Held(Some(random_delay())))
     }
 
@@ -149,10 +151,12 @@ impl RedlockBackend {
             .count();
         let failed = answers.iter().filter(|a| a.is_err()).count();
         if held >= self.quorum() {
-            let still = answers
-                .iter()
-                .any(|a| matches!(a, Ok(Release::StillHeld)));
-            return Ok(if still { Release::StillHeld } else { Release::Freed });
+            let still = answers.iter().any(|a| matches!(a, Ok(Release::StillHeld)));
+            return Ok(if still {
+                Release::StillHeld
+            } else {
+                Release::Freed
+            });
         }
         if held + failed >= self.quorum() {
             // The failed nodes may have held it: we cannot tell.

@@ -1,0 +1,250 @@
+//! Redlock across 5 real redis-server processes: quorum, node failures,
+//! frozen nodes, stale foreign locks, renewal and fencing.
+mod support;
+
+use std::time::Duration;
+
+use lock_runtime::{LockClient, LockError, LockOptions, LossReason};
+use support::{Holder, RedisServer};
+use tokio::time::Instant;
+
+const NODE_TIMEOUT: Duration = Duration::from_millis(200);
+
+struct Cluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        Cluster {
+            nodes: (0..5).map(|_| RedisServer::start()).collect(),
+        }
+    }
+
+    fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    async fn client(&self, builder: lock_runtime::LockClientBuilder) -> LockClient {
+        let urls = self.urls();
+        let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+        builder
+            .node_timeout(NODE_TIMEOUT)
+            .connect_timeout(Duration::from_secs(2))
+            .redlock(&urls)
+            .await
+            .expect("redlock connect")
+    }
+}
+
+async fn once(client: &LockClient, key: &str, wait: Duration) -> Result<(), LockError> {
+    let options = LockOptions::new().wait(wait);
+    client
+        .run_locked(key, options, async { Ok::<_, LockError>(()) })
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_two_of_five_nodes_down_locks_still_exclude_across_processes() {
+    let mut cluster = Cluster::start();
+    let store = RedisServer::start();
+    cluster.nodes[0].stop();
+    cluster.nodes[3].stop();
+    let urls = cluster.urls().join(",");
+    support::four_processes_never_oversell(&urls, &store.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_three_of_five_down_calls_fail_clearly_and_recover_after_restart() {
+    let mut cluster = Cluster::start();
+    let client = cluster.client(LockClient::builder()).await;
+    once(&client, "quorum", Duration::ZERO)
+        .await
+        .expect("all up");
+
+    for i in [1, 2, 4] {
+        cluster.nodes[i].stop();
+    }
+    let start = Instant::now();
+    let error = once(&client, "quorum", Duration::from_millis(500))
+        .await
+        .expect_err("no quorum");
+    let elapsed = start.elapsed();
+    match &error {
+        LockError::NoQuorum {
+            key,
+            needed,
+            reached,
+            failures,
+        } => {
+            assert_eq!(key, "lock:quorum");
+            assert_eq!((*needed, *reached), (3, 2));
+            assert_eq!(failures.len(), 3, "{failures:?}");
+        }
+        other => panic!("expected NoQuorum, got {other:?}"),
+    }
+    let message = error.to_string();
+    for i in [1, 2, 4] {
+        let node = cluster.urls()[i].trim_start_matches("unix://").to_owned();
+        assert!(message.contains(&node), "{message} does not name {node}");
+    }
+    assert!(elapsed < Duration::from_secs(3), "{elapsed:?}");
+
+    for i in [1, 2, 4] {
+        cluster.nodes[i].restart();
+    }
+    let start = Instant::now();
+    loop {
+        match once(&client, "quorum", Duration::ZERO).await {
+            Ok(()) => break,
+            Err(e) => assert!(
+                start.elapsed() < Duration::from_secs(15),
+                "no recovery: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_node_costs_only_its_timeout() {
+    let cluster = Cluster::start();
+    let client = cluster.client(LockClient::builder()).await;
+    once(&client, "frozen", Duration::ZERO).await.expect("warm");
+    cluster.nodes[2].pause();
+    let start = Instant::now();
+    let result = once(&client, "frozen", Duration::ZERO).await;
+    let elapsed = start.elapsed();
+    cluster.nodes[2].resume();
+    result.expect("a quorum of 4 answered");
+    // Acquire and release each wait at most one node timeout.
+    assert!(
+        elapsed < 2 * NODE_TIMEOUT + Duration::from_secs(1),
+        "{elapsed:?}"
+    );
+    println!("acquire + release with a frozen node: {elapsed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_foreign_lock_on_a_minority_does_not_block_a_quorum() {
+    let cluster = Cluster::start();
+    for node in &cluster.nodes[..2] {
+        let _: () = redis::pipe()
+            .cmd("HSET")
+            .arg("lock:contested")
+            .arg("someone-else")
+            .arg(1)
+            .cmd("PEXPIRE")
+            .arg("lock:contested")
+            .arg(60_000)
+            .query(&mut node.connection())
+            .expect("stale lock");
+    }
+    let client = cluster.client(LockClient::builder()).await;
+    once(&client, "contested", Duration::ZERO)
+        .await
+        .expect("3 of 5 nodes grant it");
+    // The foreign holds are untouched.
+    for node in &cluster.nodes[..2] {
+        assert_eq!(node.owners("lock:contested").len(), 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_lock_excludes_others_and_is_renewed_by_quorum() {
+    let cluster = Cluster::start();
+    let builder = LockClient::builder().default_lease(Duration::from_millis(600));
+    let client = cluster.client(builder.clone()).await;
+    let other = cluster.client(builder).await;
+
+    let first_token = client
+        .run_locked("renewed", LockOptions::new(), async {
+            let token = lock_runtime::fencing_token().expect("held");
+            for _ in 0..4 {
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                let holders = cluster
+                    .nodes
+                    .iter()
+                    .filter(|n| !n.owners("lock:renewed").is_empty())
+                    .count();
+                assert_eq!(holders, 5, "held on every node past its lease");
+                let probe = other.clone();
+                let taken =
+                    tokio::spawn(async move { once(&probe, "renewed", Duration::ZERO).await })
+                        .await
+                        .expect("probe");
+                assert!(matches!(taken, Err(LockError::Timeout { .. })), "{taken:?}");
+            }
+            Ok::<_, LockError>(token)
+        })
+        .await
+        .expect("held throughout");
+    let second_token = other
+        .run_locked("renewed", LockOptions::new().wait(Duration::ZERO), async {
+            Ok::<_, LockError>(lock_runtime::fencing_token().expect("held"))
+        })
+        .await
+        .expect("free after the release");
+    assert!(
+        second_token > first_token,
+        "{first_token} then {second_token}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_without_quorum_loses_the_lock() {
+    let mut cluster = Cluster::start();
+    let client = cluster
+        .client(LockClient::builder().default_lease(Duration::from_millis(600)))
+        .await;
+    let holder = Holder::start(&client, "fragile", LockOptions::new()).await;
+    for i in [0, 1, 2] {
+        cluster.nodes[i].stop();
+    }
+    let stopped = Instant::now();
+    match holder.outcome().await {
+        Err(LockError::Lost { reason, .. }) => {
+            assert!(matches!(reason, LossReason::Taken | LossReason::Expired));
+        }
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    assert!(
+        stopped.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        stopped.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_waiter_on_another_client() {
+    let cluster = Cluster::start();
+    let builder = LockClient::builder().default_lease(Duration::from_secs(30));
+    let client = cluster.client(builder.clone()).await;
+    let other = cluster.client(builder).await;
+    let holder = Holder::start(&client, "hand-off", LockOptions::new()).await;
+    let waiter = tokio::spawn(async move {
+        let start = Instant::now();
+        once(&other, "hand-off", Duration::from_secs(20))
+            .await
+            .map(|()| start)
+    });
+    // Until the waiter has subscribed on the nodes.
+    let subscribed = support::eventually(Duration::from_secs(10), || {
+        let counts: Vec<(String, u64)> = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("lock:hand-off")
+            .query(&mut cluster.nodes[0].connection())
+            .expect("NUMSUB");
+        counts.first().is_some_and(|(_, n)| *n == 1)
+    })
+    .await;
+    assert!(subscribed);
+    let released = Instant::now();
+    holder.release().await.expect("holder");
+    waiter.await.expect("waiter").expect("waiter got the lock");
+    let hand_off = released.elapsed();
+    assert!(
+        hand_off < Duration::from_secs(5),
+        "woken, not left to the 30 s lease: {hand_off:?}"
+    );
+}

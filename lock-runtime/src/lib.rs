@@ -72,6 +72,8 @@
 //! - Every acquisition gets a fencing token ([`fencing_token`]) that a
 //!   protected store can check to refuse a holder that lost its lock; see
 //!   [`fencing`](fencing_token) for how.
+//! - [`LockClient::redlock`] locks by quorum across N independent Redis
+//!   masters, with the same behaviour for the caller.
 //! - One watchdog task per client renews every held lock at a third of its
 //!   lease, batching locks into one script call. A renewal that finds the lock
 //!   gone, or a lease that runs out with no successful renewal, stops the body

@@ -1,0 +1,261 @@
+//! The ways of taking a lock that the bench compares.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use lock_runtime::{distributed_lock, LockError};
+use redis::aio::MultiplexedConnection;
+use redis::{Script, Value};
+use tokio::time::{timeout, Instant};
+
+/// The lease of every lock in workloads (a) to (d): the library's default.
+pub const LEASE: Duration = Duration::from_secs(30);
+/// How long any caller waits for a lock before it gives up: the library's
+/// default.
+pub const WAIT: Duration = Duration::from_secs(10);
+/// The fixed interval of the polling reference.
+pub const POLL: Duration = Duration::from_millis(50);
+/// The library's key prefix.
+pub const PREFIX: &str = "lock:";
+
+/// The library's own scripts, called directly: the floor.
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(include_str!(
+        "../../lock-runtime/src/backend/lua/acquire.lua"
+    ))
+});
+static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(include_str!(
+        "../../lock-runtime/src/backend/lua/release.lua"
+    ))
+});
+/// release.lua's `ARGV[3]`: how long a freed key keeps its fencing field (ms),
+/// the runtime's value.
+const FENCE_RETENTION_MS: u64 = 10_000;
+
+/// A fencing token from acquire.lua, given back to release.lua (`ARGV[4]`).
+pub type Token = i64;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Who {
+    /// acquire.lua + release.lua by EVALSHA on one multiplexed connection;
+    /// a failed acquire is retried at once.
+    Floor,
+    /// `#[distributed_lock]` on the global client.
+    Library,
+    /// rslock's `LockManager::acquire` and `LockGuard::release`, defaults.
+    Rslock,
+    /// The floor's scripts, a failed acquire retried every 50 ms.
+    Polling,
+}
+
+impl Who {
+    pub fn tag(self) -> &'static str {
+        match self {
+            Who::Floor => "floor",
+            Who::Library => "library",
+            Who::Rslock => "rslock",
+            Who::Polling => "poll50",
+        }
+    }
+}
+
+impl fmt::Display for Who {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Who::Floor => "floor (raw scripts)",
+            Who::Library => "lock-runtime (attribute)",
+            Who::Rslock => "rslock 0.10 (defaults)",
+            Who::Polling => "polling every 50 ms",
+        })
+    }
+}
+
+/// A lock's name: `short` as the attribute renders it, `full` as it is in
+/// Redis (the library adds its prefix; the others are given `full`).
+#[derive(Clone, Debug)]
+pub struct Key {
+    pub short: String,
+    pub full: String,
+}
+
+impl Key {
+    /// Each contender has keys of its own, so one never meets another's
+    /// leftovers (a freed key of the library keeps its fencing field).
+    pub fn new(who: Who, name: &str) -> Key {
+        let short = format!("{}:{name}", who.tag());
+        Key {
+            full: format!("{PREFIX}{short}"),
+            short,
+        }
+    }
+}
+
+/// Why a locked call did not run its body.
+#[derive(Debug)]
+pub enum Failed {
+    /// Not taken within [`WAIT`].
+    TimedOut,
+    Other(String),
+}
+
+impl fmt::Display for Failed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failed::TimedOut => f.write_str("timed out waiting"),
+            Failed::Other(e) => f.write_str(e),
+        }
+    }
+}
+
+/// The connections of the contenders that are not the global client.
+#[derive(Clone)]
+pub struct Lockers {
+    pub floor: Floor,
+    pub rslock: rslock::LockManager,
+}
+
+impl Lockers {
+    pub async fn connect(url: &str) -> redis::RedisResult<Lockers> {
+        Ok(Lockers {
+            floor: Floor::connect(url).await?,
+            rslock: rslock::LockManager::new(vec![url.to_owned()]),
+        })
+    }
+
+    /// Runs `body` under the lock `key`. `owner` is the floor's owner id
+    /// (the library and rslock make their own).
+    pub async fn locked<F>(&self, who: Who, key: &Key, owner: &str, body: F) -> Result<(), Failed>
+    where
+        F: Future<Output = ()> + Send,
+    {
+        match who {
+            Who::Library => library(&key.short, body).await.map_err(|e| match e {
+                LockError::Timeout { .. } => Failed::TimedOut,
+                e => Failed::Other(e.to_string()),
+            }),
+            Who::Floor | Who::Polling => {
+                let retry = if who == Who::Polling {
+                    POLL
+                } else {
+                    Duration::ZERO
+                };
+                let token = self.floor.acquire(&key.full, owner, LEASE, retry).await?;
+                body.await;
+                self.floor.release(&key.full, owner, token).await
+            }
+            Who::Rslock => {
+                let guard = match timeout(WAIT, self.rslock.acquire(key.full.as_str(), LEASE)).await
+                {
+                    Err(_) => return Err(Failed::TimedOut),
+                    Ok(Err(e)) => return Err(Failed::Other(e.to_string())),
+                    Ok(Ok(guard)) => guard,
+                };
+                body.await;
+                guard.release().await;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// This library, through the attribute, with the client's defaults
+/// (30 s lease, 10 s wait, renewal on).
+#[distributed_lock(key = "<key>")]
+pub async fn library<F: Future<Output = ()>>(key: &str, body: F) -> Result<(), LockError> {
+    body.await;
+    Ok(())
+}
+
+/// This library with a 3 s lease, for the locks of workload (e) that the
+/// watchdog renews every second.
+#[distributed_lock(key = "<key>", lease = "3s", wait = "60s")]
+pub async fn library_held<F: Future<Output = ()>>(key: &str, body: F) -> Result<(), LockError> {
+    body.await;
+    Ok(())
+}
+
+/// The floor: the library's scripts over one multiplexed connection, and
+/// nothing else.
+#[derive(Clone)]
+pub struct Floor {
+    con: MultiplexedConnection,
+    client_id: String,
+}
+
+impl Floor {
+    pub async fn connect(url: &str) -> redis::RedisResult<Floor> {
+        let con = redis::Client::open(url)?
+            .get_multiplexed_async_connection()
+            .await?;
+        Ok(Floor {
+            con,
+            client_id: format!("floor-{}", std::process::id()),
+        })
+    }
+
+    /// One acquire.lua call: the fencing token if `owner` holds `key` now.
+    pub async fn try_acquire(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Option<Token>, Failed> {
+        let reply: Value = ACQUIRE
+            .key(key)
+            .arg(owner)
+            .arg(lease.as_millis() as u64)
+            .invoke_async(&mut self.con.clone())
+            .await
+            .map_err(|e| Failed::Other(e.to_string()))?;
+        // acquire.lua answers {1, token} (taken) or {0, ttl}.
+        match reply {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(1), Value::Int(token)] => Ok(Some(*token)),
+                [Value::Int(0), _] => Ok(None),
+                _ => Err(Failed::Other(format!("acquire.lua answered {items:?}"))),
+            },
+            other => Err(Failed::Other(format!("acquire.lua answered {other:?}"))),
+        }
+    }
+
+    /// Tries until taken, `retry` apart, for at most [`WAIT`].
+    pub async fn acquire(
+        &self,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+        retry: Duration,
+    ) -> Result<Token, Failed> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(token) = self.try_acquire(key, owner, lease).await? {
+                return Ok(token);
+            }
+            if Instant::now() >= deadline {
+                return Err(Failed::TimedOut);
+            }
+            if retry.is_zero() {
+                tokio::task::yield_now().await;
+            } else {
+                tokio::time::sleep(retry).await;
+            }
+        }
+    }
+
+    /// One release.lua call.
+    pub async fn release(&self, key: &str, owner: &str, token: Token) -> Result<(), Failed> {
+        let _: i64 = RELEASE
+            .key(key)
+            .arg(owner)
+            .arg(&self.client_id)
+            .arg(FENCE_RETENTION_MS)
+            .arg(token)
+            .invoke_async(&mut self.con.clone())
+            .await
+            .map_err(|e| Failed::Other(e.to_string()))?;
+        Ok(())
+    }
+}

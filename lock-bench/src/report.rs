@@ -1,0 +1,434 @@
+//! The results as Markdown tables: medians over runs, ratios to the floor
+//! from the same run, and the targets of issue 5.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::contenders::Who;
+use crate::stats::median;
+use crate::workloads::{Config, Contended, Held, Mode, Nested, Parallel, Uncontended};
+
+/// The application's tokio runtime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    /// What `#[tokio::main]` builds: a worker per core (2 here).
+    MultiThread = 0,
+    /// `#[tokio::main(flavor = "current_thread")]`.
+    CurrentThread = 1,
+}
+
+impl Flavor {
+    fn title(self) -> &'static str {
+        match self {
+            Flavor::MultiThread => "multi-thread runtime",
+            Flavor::CurrentThread => "current-thread runtime",
+        }
+    }
+}
+
+/// Every measurement, tagged with its run and contender.
+#[derive(Default)]
+pub struct Runs {
+    pub a: Vec<(usize, (Who, Flavor), Uncontended)>,
+    pub b: Vec<(usize, (Who, Flavor), Parallel)>,
+    pub c: Vec<(usize, (Who, Mode), Contended)>,
+    pub d: Vec<(usize, Who, Nested)>,
+    pub e: Vec<(usize, Who, Held)>,
+}
+
+impl Runs {
+    /// Broken locks, as opposed to slow ones.
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for (run, (who, mode), c) in &self.c {
+            if c.overlaps > 0 {
+                problems.push(format!(
+                    "(c) {mode:?} run {run}: {who} let {} critical sections overlap",
+                    c.overlaps
+                ));
+            }
+        }
+        for (run, who, e) in &self.e {
+            if e.renewing.is_some_and(|r| r != e.locks) {
+                problems.push(format!(
+                    "(e) run {run}: the watchdog renewed {:?} of {} held locks",
+                    e.renewing, e.locks
+                ));
+            }
+            if e.expired > 0 {
+                problems.push(format!(
+                    "(e) run {run}: {who} lost {} of {} locks",
+                    e.expired, e.locks
+                ));
+            }
+        }
+        problems
+    }
+}
+
+/// The median over runs of `f` for the rows of `who`.
+fn med<K: PartialEq + Copy, T>(rows: &[(usize, K, T)], who: K, f: impl Fn(&T) -> f64) -> f64 {
+    let v: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.1 == who)
+        .map(|r| f(&r.2))
+        .collect();
+    median(&v)
+}
+
+/// The largest over runs of `f` for the rows of `who`.
+fn worst<K: PartialEq + Copy, T>(rows: &[(usize, K, T)], who: K, f: impl Fn(&T) -> f64) -> f64 {
+    rows.iter()
+        .filter(|r| r.1 == who)
+        .map(|r| f(&r.2))
+        .fold(f64::NAN, f64::max)
+}
+
+/// The median over runs of `f(who) / f(base)`, both from the same run.
+fn ratio<K: PartialEq + Copy, T>(
+    rows: &[(usize, K, T)],
+    who: K,
+    base: K,
+    f: impl Fn(&T) -> f64,
+) -> f64 {
+    let v: Vec<f64> = rows
+        .iter()
+        .filter(|r| r.1 == who)
+        .filter_map(|r| {
+            let b = rows.iter().find(|b| b.0 == r.0 && b.1 == base)?;
+            Some(f(&r.2) / f(&b.2))
+        })
+        .collect();
+    median(&v)
+}
+
+/// The round trips and command breakdown of the median run of `who`.
+fn commands_of<K: PartialEq + Copy, T>(
+    rows: &[(usize, K, T)],
+    who: K,
+    ops: impl Fn(&T) -> u64,
+    cmds: impl Fn(&T) -> &crate::stats::Commands,
+) -> String {
+    let mut v: Vec<&T> = rows.iter().filter(|r| r.1 == who).map(|r| &r.2).collect();
+    v.sort_by_key(|t| ops(t));
+    match v.get(v.len() / 2) {
+        Some(t) => {
+            let c = cmds(t);
+            let n = ops(t).max(1);
+            format!("{:.2} ({})", c.round_trips() as f64 / n as f64, c.per_op(n))
+        }
+        None => "-".into(),
+    }
+}
+
+/// "12 / 20 (9) µs": the median over runs of the client's and the server's
+/// CPU time per call, and the server's time inside the commands.
+fn cpu_of<K: PartialEq + Copy, T>(
+    rows: &[(usize, K, T)],
+    who: K,
+    f: impl Fn(&T) -> (u64, crate::cpu::Split, &crate::stats::Commands),
+) -> String {
+    let per = |g: &dyn Fn(&T) -> f64| {
+        med(rows, who, |t| {
+            let (ops, _, _) = f(t);
+            g(t) / ops.max(1) as f64
+        })
+    };
+    let client = per(&|t| secs(f(t).1.client) * 1e6);
+    let server = per(&|t| secs(f(t).1.server) * 1e6);
+    let inside = per(&|t| f(t).2.server_usec() as f64);
+    format!("{client:.0} / {server:.0} ({inside:.0}) µs")
+}
+
+fn us(seconds: f64) -> String {
+    if seconds.is_nan() {
+        return "-".into();
+    }
+    let us = seconds * 1e6;
+    if us >= 10_000.0 {
+        format!("{:.1} ms", us / 1000.0)
+    } else if us >= 1_000.0 {
+        format!("{:.2} ms", us / 1000.0)
+    } else {
+        format!("{us:.0} µs")
+    }
+}
+
+fn secs(d: Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+fn x(r: f64) -> String {
+    if r.is_nan() {
+        "-".into()
+    } else {
+        format!("{r:.2}x")
+    }
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "**missed**"
+    }
+}
+
+pub fn render(cfg: &Config, runs: &Runs) -> String {
+    let mut out = String::new();
+    let o = &mut out;
+    let mut targets: Vec<(String, String, bool)> = Vec::new();
+
+    for flavor in [Flavor::MultiThread, Flavor::CurrentThread] {
+        let a = &runs.a;
+        if !a.iter().any(|r| r.1 .1 == flavor) {
+            continue;
+        }
+        let on = flavor.title();
+        let _ = writeln!(
+            o,
+            "### (a) Uncontended acquire + release, one task, {on} ({} calls per run)\n",
+            cfg.a_ops
+        );
+        let _ = writeln!(o, "| contender | p50 | p99 | p50 vs floor | round trips per call (commands) | allocations per call | context switches per call | CPU per call: client / server (in commands) |");
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|");
+        for who in [Who::Floor, Who::Library, Who::Rslock] {
+            let k = (who, flavor);
+            let _ = writeln!(
+                o,
+                "| {who} | {} | {} | {} | {} | {:.0} | {:.1} | {} |",
+                us(med(a, k, |r| secs(r.p50))),
+                us(med(a, k, |r| secs(r.p99))),
+                x(ratio(a, k, (Who::Floor, flavor), |r| secs(r.p50))),
+                commands_of(a, k, |r| r.ops, |r| &r.commands),
+                med(a, k, |r| r.allocs_per_op),
+                med(a, k, |r| r.switches_per_op),
+                cpu_of(a, k, |r| (r.ops, r.cpu, &r.commands)),
+            );
+        }
+        let r = ratio(a, (Who::Library, flavor), (Who::Floor, flavor), |r| {
+            secs(r.p50)
+        });
+        targets.push((
+            format!("(a) p50 at most 1.15x the floor, {on}"),
+            x(r),
+            r <= 1.15,
+        ));
+        if flavor == Flavor::MultiThread {
+            let per_call: Vec<f64> = a
+                .iter()
+                .filter(|r| r.1 .0 == Who::Library)
+                .map(|r| r.2.commands.round_trips() as f64 / r.2.ops.max(1) as f64)
+                .collect();
+            let exact = !per_call.is_empty() && per_call.iter().all(|&n| n == 2.0);
+            targets.push((
+                "(d) an uncontended annotated call: exactly 2 round trips (EVALSHA)".into(),
+                format!("{:.2} per call", median(&per_call)),
+                exact,
+            ));
+        }
+        let _ = writeln!(o);
+    }
+
+    for flavor in [Flavor::MultiThread, Flavor::CurrentThread] {
+        let b = &runs.b;
+        if !b.iter().any(|r| r.1 .1 == flavor) {
+            continue;
+        }
+        let on = flavor.title();
+        let _ = writeln!(
+            o,
+            "### (b) {} tasks on {} keys, {on}, {:.1} s per run\n",
+            cfg.b_tasks,
+            cfg.b_tasks,
+            secs(cfg.b_time)
+        );
+        let _ = writeln!(o, "| contender | calls per second | vs floor | round trips per call (commands) | CPU per call: client / server (in commands) |");
+        let _ = writeln!(o, "|---|---|---|---|---|");
+        for who in [Who::Floor, Who::Library, Who::Rslock] {
+            let k = (who, flavor);
+            let _ = writeln!(
+                o,
+                "| {who} | {:.0} | {} | {} | {} |",
+                med(b, k, |r| r.ops_per_sec),
+                x(ratio(b, k, (Who::Floor, flavor), |r| r.ops_per_sec)),
+                commands_of(b, k, |r| r.ops, |r| &r.commands),
+                cpu_of(b, k, |r| (r.ops, r.cpu, &r.commands)),
+            );
+        }
+        let lib = (Who::Library, flavor);
+        let f = ratio(b, lib, (Who::Floor, flavor), |r| r.ops_per_sec);
+        let p = ratio(b, lib, (Who::Rslock, flavor), |r| r.ops_per_sec);
+        targets.push((
+            format!("(b) at least 0.85x the floor's throughput, {on}"),
+            x(f),
+            f >= 0.85,
+        ));
+        targets.push((
+            format!("(b) at least rslock's throughput, {on}"),
+            x(p),
+            p >= 1.0,
+        ));
+        let _ = writeln!(o);
+    }
+
+    if !runs.c.is_empty() {
+        let c = &runs.c;
+        for mode in [Mode::RetryAtOnce, Mode::StepBack] {
+            let how = match mode {
+                Mode::RetryAtOnce => "the releaser calls again at once",
+                Mode::StepBack => "the releaser steps back until another task holds the lock",
+            };
+            let _ = writeln!(
+                o,
+                "### (c) {} tasks on one key, {}; {:.1} s per run\n",
+                cfg.c_tasks,
+                how,
+                secs(cfg.c_time)
+            );
+            let _ = writeln!(o, "| contender | critical sections per second | hand-off p50 | hand-off p99 | failed acquires per section | wait p99 | longest wait (worst run) | holder changed | went ahead of waiters | stalls (lock free 1 s) | gave up (10 s) | round trips per section (commands) |");
+            let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|");
+            for who in [Who::Floor, Who::Library, Who::Rslock, Who::Polling] {
+                let k = (who, mode);
+                let _ = writeln!(
+                    o,
+                    "| {who} | {:.0} | {} | {} | {:.2} | {} | {} | {:.0}% | {:.0}% | {:.0} | {:.0} | {} |",
+                    med(c, k, |r| r.cs_per_sec),
+                    us(med(c, k, |r| secs(r.handoff_p50))),
+                    us(med(c, k, |r| secs(r.handoff_p99))),
+                    med(c, k, |r| r.failed_per_cs),
+                    us(med(c, k, |r| secs(r.wait_p99))),
+                    us(worst(c, k, |r| secs(r.wait_max))),
+                    100.0 * med(c, k, |r| r.switches),
+                    100.0 * med(c, k, |r| r.jumped),
+                    worst(c, k, |r| r.stalls as f64),
+                    worst(c, k, |r| r.timeouts as f64),
+                    commands_of(c, k, |r| r.critical_sections, |r| &r.commands),
+                );
+            }
+            let _ = writeln!(o);
+        }
+        let k = (Who::Library, Mode::StepBack);
+        let h = med(c, k, |r| secs(r.handoff_p50));
+        targets.push((
+            "(c) step back: hand-off p50 under 1 ms".into(),
+            us(h),
+            h < 1e-3,
+        ));
+        let vs_rslock = ratio(c, k, (Who::Rslock, Mode::StepBack), |r| r.cs_per_sec);
+        targets.push((
+            "(c) step back: at least 10x rslock's critical sections per second".into(),
+            x(vs_rslock),
+            vs_rslock >= 10.0,
+        ));
+        let vs_poll = ratio(c, k, (Who::Polling, Mode::StepBack), |r| r.cs_per_sec);
+        targets.push((
+            "(c) step back: at least 10x 50 ms polling's critical sections per second".into(),
+            x(vs_poll),
+            vs_poll >= 10.0,
+        ));
+        let f = med(c, k, |r| r.failed_per_cs);
+        targets.push((
+            "(c) step back: at most 1.1 failed acquires per section".into(),
+            format!("{f:.2}"),
+            f <= 1.1,
+        ));
+        let w = worst(c, k, |r| secs(r.wait_max));
+        targets.push((
+            "(c) step back: no wait longer than 50 ms (worst run)".into(),
+            us(w),
+            w <= 0.050,
+        ));
+    }
+
+    if !runs.d.is_empty() {
+        let d = &runs.d;
+        let _ = writeln!(
+            o,
+            "### (d) A nested locked call on a key the body holds ({} per run)\n",
+            cfg.d_ops
+        );
+        let _ = writeln!(
+            o,
+            "| contender | time per nested call | round trips per nested call (commands) |"
+        );
+        let _ = writeln!(o, "|---|---|---|");
+        for who in [Who::Floor, Who::Library] {
+            let _ = writeln!(
+                o,
+                "| {who} | {} | {} |",
+                us(med(d, who, |r| secs(r.per_call))),
+                commands_of(d, who, |_| cfg.d_ops as u64, |r| &r.commands),
+            );
+        }
+        let _ = writeln!(
+            o,
+            "| {} | not reentrant: a nested call waits for itself | - |",
+            Who::Rslock
+        );
+        let t = worst(d, Who::Library, |r| r.round_trips_per_call);
+        targets.push((
+            "(d) a nested re-entry: 0 round trips".into(),
+            format!("{t:.2}"),
+            t == 0.0,
+        ));
+        let _ = writeln!(o);
+    }
+
+    if !runs.e.is_empty() {
+        let e = &runs.e;
+        let n = e[0].2.locks;
+        let _ = writeln!(
+            o,
+            "### (e) {n} locks held at once by {n} tasks, 3 s lease, renewal on; {:.1} s window\n",
+            secs(cfg.e_hold)
+        );
+        let _ = writeln!(o, "| contender | time to take all | client memory per held lock | of which the call's future (in its task) | renewal calls per second | expired (worst run) |");
+        let _ = writeln!(o, "|---|---|---|---|---|---|");
+        for who in [Who::Library, Who::Rslock] {
+            let _ = writeln!(
+                o,
+                "| {who} | {:.2} s | {:.0} B | {:.0} B | {:.1} | {:.0} |",
+                med(e, who, |r| secs(r.acquire_time)),
+                med(e, who, |r| r.bytes_per_lock),
+                med(e, who, |r| r.future_bytes as f64),
+                med(e, who, |r| r.renewals_per_sec),
+                worst(e, who, |r| r.expired as f64),
+            );
+        }
+        let _ = writeln!(
+            o,
+            "\nThe library renews every lock at a third of its lease (1 s), so its calls per second are its calls per period; \
+             rslock's `using` extends each lock with a call of its own, 500 ms before its validity ends."
+        );
+        let per = med(e, Who::Library, |r| r.renewals_per_sec);
+        targets.push((
+            format!("(e) renewal batched, O(1) calls per period, not one per lock ({n} locks)"),
+            format!("{per:.1} calls per period"),
+            per <= 4.0,
+        ));
+        let m = med(e, Who::Library, |r| r.bytes_per_lock);
+        targets.push((
+            "(e) under 1 KiB of client memory per held lock".into(),
+            format!("{m:.0} B"),
+            m < 1024.0,
+        ));
+        let exp = worst(e, Who::Library, |r| r.expired as f64);
+        targets.push((
+            "(e) no lock expired".into(),
+            format!("{exp:.0}"),
+            exp == 0.0,
+        ));
+        let _ = writeln!(o);
+    }
+
+    if !targets.is_empty() {
+        let _ = writeln!(o, "### Targets (issue 5)\n");
+        let _ = writeln!(o, "| target | measured (median of runs) | |");
+        let _ = writeln!(o, "|---|---|---|");
+        for (what, measured, ok) in targets {
+            let _ = writeln!(o, "| {what} | {measured} | {} |", verdict(ok));
+        }
+    }
+    out
+}

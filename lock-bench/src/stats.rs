@@ -1,0 +1,141 @@
+//! Percentiles, medians and Redis's own command counts.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+
+/// The `q`-quantile (0..=1) of `samples`, by nearest rank; zero when empty.
+pub fn quantile(samples: &mut [Duration], q: f64) -> Duration {
+    if samples.is_empty() {
+        return Duration::ZERO;
+    }
+    samples.sort_unstable();
+    let rank = ((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len());
+    samples[rank - 1]
+}
+
+/// The median of `values` (the mean of the middle two for an even count);
+/// NaN when empty.
+pub fn median(values: &[f64]) -> f64 {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Commands that the bench itself sends to watch the server, and those that
+/// connection set-up sends: not counted against any contender.
+const OURS: &[&str] = &[
+    "info",
+    "config|resetstat",
+    "flushall",
+    "dbsize",
+    "hello",
+    "client|setinfo",
+    "ping",
+    "select",
+];
+
+/// Commands that only the Lua scripts call (this library's and rslock's),
+/// which INFO commandstats counts too. They are not round trips. rslock's
+/// extend script also calls `set`, but no workload except (e) extends.
+const INSIDE_SCRIPTS: &[&str] = &[
+    "exists", "hexists", "hincrby", "pexpire", "pttl", "hget", "hlen", "hset", "hdel", "time",
+    "del", "publish", "get",
+];
+
+/// Calls per command name, as INFO commandstats reports them, and the
+/// server's time inside them (µs, a script's including what it calls).
+#[derive(Debug, Default, Clone)]
+pub struct Commands(pub BTreeMap<String, u64>, pub BTreeMap<String, u64>);
+
+impl Commands {
+    /// Resets the server's counters (CONFIG RESETSTAT).
+    pub async fn reset(con: &mut MultiplexedConnection) -> redis::RedisResult<()> {
+        redis::cmd("CONFIG").arg("RESETSTAT").query_async(con).await
+    }
+
+    /// The server's counters since the last reset, without the bench's own
+    /// commands.
+    pub async fn read(con: &mut MultiplexedConnection) -> redis::RedisResult<Commands> {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(con)
+            .await?;
+        let mut calls = BTreeMap::new();
+        let mut usec = BTreeMap::new();
+        for line in info.lines() {
+            let Some(rest) = line.strip_prefix("cmdstat_") else {
+                continue;
+            };
+            let Some((name, fields)) = rest.split_once(':') else {
+                continue;
+            };
+            if OURS.contains(&name) {
+                continue;
+            }
+            let field = |key: &str| -> u64 {
+                fields
+                    .split(',')
+                    .find_map(|f| f.strip_prefix(key))
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0)
+            };
+            calls.insert(name.to_owned(), field("calls="));
+            usec.insert(name.to_owned(), field("usec="));
+        }
+        Ok(Commands(calls, usec))
+    }
+
+    pub fn get(&self, name: &str) -> u64 {
+        self.0.get(name).copied().unwrap_or(0)
+    }
+
+    /// Commands sent by clients: everything except what scripts call inside.
+    pub fn round_trips(&self) -> u64 {
+        self.0
+            .iter()
+            .filter(|(name, _)| !INSIDE_SCRIPTS.contains(&name.as_str()))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Server time (µs) inside the commands that clients sent, scripts
+    /// included with the commands they call.
+    pub fn server_usec(&self) -> u64 {
+        self.1
+            .iter()
+            .filter(|(name, _)| !INSIDE_SCRIPTS.contains(&name.as_str()))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Script calls: EVALSHA, EVAL and SCRIPT LOAD (after a NOSCRIPT).
+    pub fn script_calls(&self) -> u64 {
+        self.get("evalsha") + self.get("eval") + self.get("script|load")
+    }
+
+    /// "evalsha 2.00" for each command sent by clients, per `per` operations.
+    pub fn per_op(&self, per: u64) -> String {
+        let per = per.max(1) as f64;
+        let parts: Vec<String> = self
+            .0
+            .iter()
+            .filter(|(name, n)| !INSIDE_SCRIPTS.contains(&name.as_str()) && **n > 0)
+            .map(|(name, n)| format!("{name} {:.2}", *n as f64 / per))
+            .collect();
+        if parts.is_empty() {
+            "none".into()
+        } else {
+            parts.join(", ")
+        }
+    }
+}

@@ -50,7 +50,8 @@ impl LocalNodes {
         for url in nodes.urls() {
             let path = url.trim_start_matches("unix://").to_owned();
             let start = Instant::now();
-            while !std::path::Path::new(&path).exists() && start.elapsed() < Duration::from_secs(5) {
+            while !std::path::Path::new(&path).exists() && start.elapsed() < Duration::from_secs(5)
+            {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
@@ -59,7 +60,12 @@ impl LocalNodes {
 
     fn urls(&self) -> Vec<String> {
         (0..5)
-            .map(|i| format!("unix://{}", self.dir.join(format!("node{i}.sock")).display()))
+            .map(|i| {
+                format!(
+                    "unix://{}",
+                    self.dir.join(format!("node{i}.sock")).display()
+                )
+            })
             .collect()
     }
 
@@ -90,7 +96,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             urls
         }
     };
-    println!("Redlock over {} nodes (a quorum is {})", urls.len(), urls.len() / 2 + 1);
+    println!(
+        "Redlock over {} nodes (a quorum is {})",
+        urls.len(),
+        urls.len() / 2 + 1
+    );
     let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
     let client = LockClient::builder()
         .node_timeout(Duration::from_millis(100))

@@ -78,3 +78,90 @@ on_both_backends! {
         assert!(hand_off < Duration::from_secs(5), "hand-off took {hand_off:?}");
     }
 }
+
+on_both_backends! {
+    /// Waiters of one client get the lock in the order they came, and a
+    /// newcomer queues behind them instead of going first.
+    async fn waiters_are_served_in_arrival_order(env: Env) {
+        let holder = Holder::start(&env.client, "line", lease_30s()).await;
+        let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for n in 0..5 {
+            let client = env.client.clone();
+            let order = order.clone();
+            waiters.push(tokio::spawn(async move {
+                let options = LockOptions::new().wait(Duration::from_secs(20));
+                client
+                    .run_locked("line", options, async {
+                        order.lock().expect("order").push(n);
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        Ok::<_, LockError>(())
+                    })
+                    .await
+            }));
+            // Timing is the point here: give each waiter time to queue.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        holder.release().await.expect("holder");
+        for waiter in waiters {
+            waiter.await.expect("task").expect("served");
+        }
+        assert_eq!(*order.lock().expect("order"), [0, 1, 2, 3, 4]);
+    }
+}
+
+on_both_backends! {
+    /// A holder that releases and asks again at once queues behind the
+    /// waiter that was already there.
+    async fn a_releaser_coming_straight_back_does_not_starve_a_waiter(env: Env) {
+        let sections = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (held_tx, held_rx) = oneshot::channel::<()>();
+        let (go_tx, go_rx) = oneshot::channel::<()>();
+        let greedy = {
+            let client = env.client.clone();
+            let sections = sections.clone();
+            tokio::spawn(async move {
+                let options = LockOptions::new().wait(Duration::from_secs(20));
+                client
+                    .run_locked("greedy", options, async {
+                        sections.lock().expect("log").push("greedy");
+                        held_tx.send(()).expect("alive");
+                        go_rx.await.expect("go");
+                        Ok::<_, LockError>(())
+                    })
+                    .await
+                    .expect("first section");
+                for _ in 0..10 {
+                    client
+                        .run_locked("greedy", options, async {
+                            sections.lock().expect("log").push("greedy");
+                            Ok::<_, LockError>(())
+                        })
+                        .await
+                        .expect("section");
+                }
+            })
+        };
+        held_rx.await.expect("greedy holds");
+        let waiter = {
+            let client = env.client.clone();
+            let sections = sections.clone();
+            tokio::spawn(async move {
+                let options = LockOptions::new().wait(Duration::from_secs(20));
+                client
+                    .run_locked("greedy", options, async {
+                        sections.lock().expect("log").push("waiter");
+                        Ok::<_, LockError>(())
+                    })
+                    .await
+            })
+        };
+        // Timing is the point here: let the waiter queue up.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        go_tx.send(()).expect("greedy alive");
+        greedy.await.expect("greedy");
+        waiter.await.expect("waiter").expect("served");
+        let sections = sections.lock().expect("log").clone();
+        assert_eq!(sections[..2], ["greedy", "waiter"], "{sections:?}");
+    }
+}

@@ -66,9 +66,9 @@
 //! - Ownership is the extent of the body: a locked call made inside a
 //!   locked body (same task) on the same key re-enters with no round trip; a
 //!   spawned task is another owner.
-//! - A waiter subscribes to the lock's release channel and retries when the
-//!   holder's release publishes, or when the holder's lease runs out; one
-//!   waiter is woken per release, in arrival order.
+//! - Waiters line up per key in arrival order within a client; the head of
+//!   the line subscribes to the lock's release channel and retries when the
+//!   holder's release publishes, or when the holder's lease runs out.
 //! - Every acquisition gets a fencing token ([`fencing_token`]) that a
 //!   protected store can check to refuse a holder that lost its lock; see
 //!   [`fencing`](fencing_token) for how.

@@ -126,16 +126,20 @@ async fn acquire(
     };
     let failed = |key: &str, error| backend_error(key, error);
 
-    match attempt(client, &key, &owner, lease).await {
-        Ok(Acquire::Acquired(token)) => return Ok(held(key, owner, token, start)),
-        Ok(Acquire::Held(_)) if wait.is_zero() => {
-            return Err(LockError::Timeout {
-                key,
-                waited: start.elapsed(),
-            })
+    // Try at once, unless others here already wait for this key: then queue
+    // behind them. A zero wait always tries once.
+    if wait.is_zero() || !inner.waiters.is_waited(&key) {
+        match attempt(client, &key, &owner, lease).await {
+            Ok(Acquire::Acquired(token)) => return Ok(held(key, owner, token, start)),
+            Ok(Acquire::Held(_)) if wait.is_zero() => {
+                return Err(LockError::Timeout {
+                    key,
+                    waited: start.elapsed(),
+                })
+            }
+            Ok(Acquire::Held(_)) => {}
+            Err(source) => return Err(failed(&key, source)),
         }
-        Ok(Acquire::Held(_)) => {}
-        Err(source) => return Err(failed(&key, source)),
     }
 
     let deadline = start + wait;
@@ -143,19 +147,28 @@ async fn acquire(
     if let Err(source) = subscribe(client, &key).await {
         return Err(failed(&key, source));
     }
+    // When the head tries again without news: the holder's expiry.
+    let mut retry_at = deadline;
     loop {
-        // Queue for a wake-up before trying, so a release in between counts.
+        // Listen before trying, so a release in between counts.
         let notified = ticket.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let sent = Instant::now();
-        let outcome = attempt(client, &key, &owner, lease).await;
-        ticket.set_woken(false);
-        let ttl = match outcome {
-            Ok(Acquire::Acquired(token)) => return Ok(held(key, owner, token, sent)),
-            Ok(Acquire::Held(ttl)) => ttl,
-            Err(source) => return Err(failed(&key, source)),
-        };
+        let head = ticket.is_head();
+        if head {
+            let sent = Instant::now();
+            match attempt(client, &key, &owner, lease).await {
+                Ok(Acquire::Acquired(token)) => {
+                    ticket.acquired();
+                    return Ok(held(key, owner, token, sent));
+                }
+                Ok(Acquire::Held(ttl)) => {
+                    let ttl = ttl.unwrap_or(NO_TTL_RETRY).max(Duration::from_millis(1));
+                    retry_at = (Instant::now() + ttl).min(deadline);
+                }
+                Err(source) => return Err(failed(&key, source)),
+            }
+        }
         let now = Instant::now();
         if now >= deadline {
             return Err(LockError::Timeout {
@@ -163,10 +176,10 @@ async fn acquire(
                 waited: now - start,
             });
         }
-        let retry = ttl.unwrap_or(NO_TTL_RETRY).max(Duration::from_millis(1));
+        let wake_at = if head { retry_at } else { deadline };
         tokio::select! {
-            () = &mut notified => ticket.set_woken(true),
-            () = tokio::time::sleep_until((now + retry).min(deadline)) => {}
+            () = &mut notified => {}
+            () = tokio::time::sleep_until(wake_at) => {}
         }
     }
 }
@@ -288,7 +301,9 @@ async fn release(client: &LockClient, held: &HeldLock) -> Option<Release> {
         .await
     {
         Ok(outcome) => {
-            if outcome == Release::Freed {
+            // Not held any more (it was lost): the waiters here have no
+            // release to wait for, so they should try too.
+            if outcome != Release::StillHeld {
                 inner.waiters.wake_release(held.key.as_bytes(), held.token);
             }
             Some(outcome)
@@ -296,6 +311,7 @@ async fn release(client: &LockClient, held: &HeldLock) -> Option<Release> {
         Err(error) => {
             let error = backend_error(&held.key, error);
             tracing::warn!(%error, "release failed; the lock expires with its lease");
+            inner.waiters.wake_release(held.key.as_bytes(), 0);
             None
         }
     }

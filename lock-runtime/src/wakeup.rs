@@ -1,12 +1,17 @@
-//! Waking waiters when a lock is freed, one at a time in arrival order.
+//! Waiting in line for a lock, within one client.
 //!
-//! Each key that somebody in this client waits on has a slot with a
-//! [`Notify`]. A release wakes one waiter (tokio's `notify_one` is FIFO); if
-//! that waiter then fails to take the lock it waits again. A waiter that was
-//! woken but gives up before trying passes the wake-up on, so a freed lock
-//! never sits unclaimed while others sleep.
+//! Each key that somebody in this client waits on has a queue of waiters in
+//! arrival order. Only the head of the queue tries the lock; the others wait
+//! for their turn, so a newcomer never goes ahead of a waiter that was there
+//! first, and a release costs one acquire attempt, not one per waiter.
+//!
+//! A release notice (from this client, or from Redis pub/sub) wakes the
+//! queue and the head tries. When the head takes the lock it leaves quietly:
+//! the next waiter becomes head and waits for the next release. When the
+//! head gives up (timeout, cancellation) it wakes the queue, so the new head
+//! tries at once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
@@ -15,14 +20,15 @@ use tokio::sync::Notify;
 #[derive(Default)]
 struct Slot {
     notify: Notify,
-    /// The fencing token of the last release that woke a waiter: the
-    /// Redlock nodes each announce a release, and it should wake one waiter.
+    /// The fencing token of the last release that woke the queue: the
+    /// Redlock nodes each announce a release, and it should wake it once.
     last_release: AtomicU64,
 }
 
-struct Entry {
+struct Line {
     slot: Arc<Slot>,
-    waiting: usize,
+    /// Ticket numbers in arrival order; the front is the head.
+    queue: VecDeque<u64>,
 }
 
 /// Called with a key when its last waiter leaves.
@@ -31,13 +37,14 @@ type OnIdle = Box<dyn Fn(Box<str>) + Send + Sync>;
 /// The waiters of one client, by full lock key.
 #[derive(Default)]
 pub(crate) struct Waiters {
-    slots: Mutex<HashMap<Box<str>, Entry>>,
+    lines: Mutex<HashMap<Box<str>, Line>>,
+    tickets: AtomicU64,
     on_idle: OnceLock<OnIdle>,
 }
 
 impl Waiters {
-    fn with<R>(&self, f: impl FnOnce(&mut HashMap<Box<str>, Entry>) -> R) -> R {
-        f(&mut self.slots.lock().unwrap_or_else(PoisonError::into_inner))
+    fn with<R>(&self, f: impl FnOnce(&mut HashMap<Box<str>, Line>) -> R) -> R {
+        f(&mut self.lines.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Sets what runs when the last waiter on a key leaves (once).
@@ -45,92 +52,107 @@ impl Waiters {
         let _ = self.on_idle.set(Box::new(f));
     }
 
-    /// Registers a waiter on `key`.
+    /// Whether somebody here waits on `key`: a newcomer then queues behind.
+    pub(crate) fn is_waited(&self, key: &str) -> bool {
+        self.with(|lines| lines.contains_key(key))
+    }
+
+    /// Queues a waiter on `key`, behind those already there.
     pub(crate) fn join(self: &Arc<Self>, key: &str) -> Ticket {
-        let slot = self.with(|slots| {
-            if let Some(entry) = slots.get_mut(key) {
-                entry.waiting += 1;
-                return entry.slot.clone();
-            }
-            let slot = Arc::new(Slot::default());
-            let entry = Entry {
-                slot: slot.clone(),
-                waiting: 1,
-            };
-            slots.insert(key.into(), entry);
-            slot
+        let number = self.tickets.fetch_add(1, Ordering::Relaxed);
+        let slot = self.with(|lines| {
+            let line = lines.entry(key.into()).or_insert_with(|| Line {
+                slot: Arc::default(),
+                queue: VecDeque::new(),
+            });
+            line.queue.push_back(number);
+            line.slot.clone()
         });
         Ticket {
             waiters: self.clone(),
             key: key.into(),
             slot,
-            holds_wake: AtomicBool::new(false),
+            number,
+            wake_on_leave: AtomicBool::new(true),
         }
     }
 
-    /// A hold of `key` with fencing token `token` was released: wakes the
-    /// longest waiting waiter, skipping repeats of the same release.
+    /// A hold of `key` with fencing token `token` was released (0: a token
+    /// not known): the head of the queue should try, once per release.
     pub(crate) fn wake_release(&self, key: &[u8], token: u64) {
         let Ok(key) = std::str::from_utf8(key) else {
             return;
         };
-        if let Some(slot) = self.with(|slots| slots.get(key).map(|e| e.slot.clone())) {
-            // Token 0: a release whose token is unknown, always news.
+        if let Some(slot) = self.with(|lines| lines.get(key).map(|l| l.slot.clone())) {
             if token == 0 || slot.last_release.swap(token, Ordering::AcqRel) != token {
-                slot.notify.notify_one();
+                slot.notify.notify_waiters();
             }
         }
     }
 
-    /// Wakes every waiter: news may have been missed (a reconnect).
+    /// Wakes every queue: news may have been missed (a reconnect).
     pub(crate) fn wake_all(&self) {
-        self.with(|slots| slots.values().for_each(|e| e.slot.notify.notify_waiters()));
+        self.with(|lines| lines.values().for_each(|l| l.slot.notify.notify_waiters()));
     }
 
     /// Whether nobody waits on `key` any more.
     pub(crate) fn is_idle(&self, key: &str) -> bool {
-        self.with(|slots| !slots.contains_key(key))
+        !self.is_waited(key)
     }
 }
 
-/// One waiter's place. Dropping it leaves the queue (passing on a wake-up it
-/// did not use); the last one out on a key runs the `on_idle` hook.
+/// One waiter's place in line. Dropping it leaves the line; the last one
+/// out on a key runs the `on_idle` hook.
 pub(crate) struct Ticket {
     waiters: Arc<Waiters>,
     key: Box<str>,
     slot: Arc<Slot>,
-    holds_wake: AtomicBool,
+    number: u64,
+    wake_on_leave: AtomicBool,
 }
 
 impl Ticket {
-    /// Waits for a wake-up. Create it, then try the lock, then await it, so
-    /// a release in between is not missed.
+    /// Waits for news of a release. Create and enable it before trying the
+    /// lock, so a release in between is not missed.
     pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
         self.slot.notify.notified()
     }
 
-    /// Records that this waiter was woken and has not tried the lock yet.
-    pub(crate) fn set_woken(&self, woken: bool) {
-        self.holds_wake.store(woken, Ordering::Relaxed);
+    /// Whether this waiter is first in line, the one that tries.
+    pub(crate) fn is_head(&self) -> bool {
+        self.waiters.with(|lines| {
+            lines
+                .get(&*self.key)
+                .is_some_and(|l| l.queue.front() == Some(&self.number))
+        })
+    }
+
+    /// Leaves the line holding the lock: the next waiter becomes head
+    /// without being woken, and waits for this holder's release.
+    pub(crate) fn acquired(&self) {
+        self.wake_on_leave.store(false, Ordering::Relaxed);
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        if *self.holds_wake.get_mut() {
-            self.slot.notify.notify_one();
-        }
-        let last = self.waiters.with(|slots| {
-            let Some(entry) = slots.get_mut(&*self.key) else {
-                return false;
+        let (was_head, last) = self.waiters.with(|lines| {
+            let Some(line) = lines.get_mut(&*self.key) else {
+                return (false, false);
             };
-            entry.waiting -= 1;
-            if entry.waiting > 0 {
-                return false;
+            let was_head = line.queue.front() == Some(&self.number);
+            line.queue.retain(|n| *n != self.number);
+            if !line.queue.is_empty() {
+                return (was_head, false);
             }
-            slots.remove(&*self.key);
-            true
+            lines.remove(&*self.key);
+            (was_head, true)
         });
+        if was_head && *self.wake_on_leave.get_mut() && !last {
+            // A release may have come for the head that is leaving: the new
+            // head must try.
+            self.slot.notify.notify_waiters();
+        }
         if last {
             if let Some(on_idle) = self.waiters.on_idle.get() {
                 on_idle(std::mem::take(&mut self.key));

@@ -7,12 +7,13 @@
 //! every number given earlier for that key, and the store that the lock
 //! protects refuses writes that carry a smaller number than one it has seen.
 //!
-//! On Redis the token is the server time in microseconds when the lock was
-//! taken, or the last token + 1 when that is not greater, decided inside the
-//! acquire script. The key keeps its last token for 10 s after release. The
-//! tokens keep increasing across expiries and across a restart of a Redis
-//! without persistence, as long as the server clock does not step back (run
-//! NTP with slewing, not stepping). On the embedded backend it is a counter.
+//! On Redis the acquire script decides the token: the last token + 1 while
+//! the key keeps it (while held, and for 10 s after release), otherwise the
+//! server time in microseconds. Tokens cannot run ahead of that clock (a key
+//! is not taken more than once a microsecond), so they keep increasing across
+//! expiries and across a restart of a Redis without persistence, as long as
+//! the server clock does not step back (run NTP with slewing, not stepping).
+//! On the embedded backend it is a counter.
 //!
 //! # Checking the token in the store
 //! The store records the highest token it has seen, and accepts an operation

@@ -8,28 +8,31 @@
 -- Returns {0, ttl} when another owner holds it: the holder's remaining
 -- lease in milliseconds (-1 when the key has no expiry).
 --
--- A new token is the server time in microseconds, or the last token + 1 if
--- that is not greater: strictly increasing per key while the `fence` field
--- lives, and across restarts and expiries as long as the server clock does
--- not step back.
+-- A new token is the last token + 1 while the key keeps it, else the server
+-- time in microseconds. Tokens cannot run ahead of that clock (a key is not
+-- taken more than once a microsecond), so they keep increasing after the
+-- key expires or Redis restarts empty, as long as the clock does not step
+-- back.
 local key, owner = KEYS[1], ARGV[1]
-if redis.call('hexists', key, owner) == 1 then
-  redis.call('hincrby', key, owner, 1)
-  redis.call('pexpire', key, ARGV[2])
-  return {1, tonumber(redis.call('hget', key, 'fence'))}
-end
-local last = redis.call('hget', key, 'fence')
+local fence = redis.call('hget', key, 'fence')
 local holders = redis.call('hlen', key)
-if last then
+if fence then
   holders = holders - 1
 end
 if holders > 0 then
-  return {0, redis.call('pttl', key)}
+  if redis.call('hexists', key, owner) == 0 then
+    return {0, redis.call('pttl', key)}
+  end
+  redis.call('hincrby', key, owner, 1)
+  redis.call('pexpire', key, ARGV[2])
+  return {1, tonumber(fence)}
 end
-local now = redis.call('time')
-local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
-if last and tonumber(last) >= token then
-  token = tonumber(last) + 1
+local token
+if fence then
+  token = tonumber(fence) + 1
+else
+  local now = redis.call('time')
+  token = tonumber(now[1]) * 1000000 + tonumber(now[2])
 end
 redis.call('hset', key, owner, 1, 'fence', string.format('%d', token))
 redis.call('pexpire', key, ARGV[2])

@@ -11,10 +11,12 @@
 -- Returns 1 when the lock was freed (release published),
 -- 0 when the owner still holds it (its count is still above zero),
 -- -1 when the owner did not hold it (it expired or was taken): nothing changed.
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+local count = redis.call('hget', KEYS[1], ARGV[1])
+if not count then
   return -1
 end
-if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
+if tonumber(count) > 1 then
+  redis.call('hincrby', KEYS[1], ARGV[1], -1)
   return 0
 end
 redis.call('hdel', KEYS[1], ARGV[1])

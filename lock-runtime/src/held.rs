@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::LossReason;
@@ -33,7 +33,11 @@ pub(crate) struct HeldLock {
     drift: Duration,
     /// The fencing token this acquisition got.
     pub token: u64,
-    validity: watch::Sender<Validity>,
+    /// How far the lock is trusted: [`Validity`] packed into a word (see
+    /// `pack`), so that renewals and checks are lock-free.
+    validity: AtomicU64,
+    /// Woken when the lock is found lost.
+    lost: Notify,
     /// When the watchdog should renew next, in ms after `epoch`.
     next_renew_ms: AtomicU64,
     epoch: Instant,
@@ -65,7 +69,8 @@ impl HeldLock {
             lease,
             drift,
             token,
-            validity: watch::Sender::new(Validity::Until(sent + lease.saturating_sub(drift))),
+            validity: AtomicU64::new(pack_until(sent, sent + lease.saturating_sub(drift))),
+            lost: Notify::new(),
             next_renew_ms: AtomicU64::new(0),
             epoch: sent,
         };
@@ -92,26 +97,28 @@ impl HeldLock {
 
     /// A renewal sent at `sent` succeeded: the lock is valid for another lease.
     pub(crate) fn renewed(&self, sent: Instant) {
-        let until = sent + self.lease.saturating_sub(self.drift);
-        self.validity.send_if_modified(|v| match v {
-            Validity::Until(old) if *old < until => {
-                *v = Validity::Until(until);
-                true
-            }
-            _ => false,
-        });
+        let until = pack_until(self.epoch, sent + self.lease.saturating_sub(self.drift));
+        // Lost states pack above every instant: a renewal cannot undo a loss.
+        self.validity.fetch_max(until, Ordering::AcqRel);
         self.schedule_renewal(sent + self.renew_interval());
     }
 
     /// Marks the lock lost; the body's watcher stops the body.
     pub(crate) fn lose(&self, reason: LossReason) {
-        self.validity.send_if_modified(|v| match v {
-            Validity::Until(_) => {
-                *v = Validity::Lost(reason);
-                true
-            }
-            Validity::Lost(_) => false,
-        });
+        let lost = pack_lost(reason);
+        let first = self
+            .validity
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+                (v < LOST_EXPIRED).then_some(lost)
+            })
+            .is_ok();
+        if first {
+            self.lost.notify_waiters();
+        }
+    }
+
+    fn validity(&self) -> Validity {
+        unpack(self.epoch, self.validity.load(Ordering::Acquire))
     }
 
     /// The key as the caller wrote it, without the client's prefix.
@@ -122,8 +129,7 @@ impl HeldLock {
     /// Whether the lock is lost, checking its validity against the clock
     /// now rather than waiting for the timer.
     pub(crate) fn check_now(&self) -> Option<LossReason> {
-        let validity = *self.validity.borrow();
-        match validity {
+        match self.validity() {
             Validity::Lost(reason) => Some(reason),
             Validity::Until(until) if Instant::now() >= until => {
                 self.lose(LossReason::Expired);
@@ -135,32 +141,55 @@ impl HeldLock {
 
     /// Whether the lock is known lost.
     pub(crate) fn is_lost(&self) -> bool {
-        matches!(*self.validity.borrow(), Validity::Lost(_))
+        matches!(self.validity(), Validity::Lost(_))
     }
 
     /// Resolves when the lock is lost: a renewal found it gone, or its
     /// validity ran out before a renewal extended it.
     pub(crate) async fn lost(&self) -> LossReason {
-        let mut rx = self.validity.subscribe();
         loop {
-            let until = match *rx.borrow_and_update() {
-                Validity::Lost(reason) => return reason,
-                Validity::Until(until) => until,
+            let notified = self.lost.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(reason) = self.check_now() {
+                return reason;
+            }
+            let Validity::Until(until) = self.validity() else {
+                continue;
             };
+            // Renewals move `until` later without waking this: at the old
+            // instant it looks again.
             tokio::select! {
-                biased;
-                changed = rx.changed() => {
-                    if changed.is_err() {
-                        // The sender lives in `self`: it cannot be gone here.
-                        return LossReason::Expired;
-                    }
-                }
-                () = tokio::time::sleep_until(until) => {
-                    if *rx.borrow() == Validity::Until(until) {
-                        self.lose(LossReason::Expired);
-                    }
-                }
+                () = &mut notified => {}
+                () = tokio::time::sleep_until(until) => {}
             }
         }
+    }
+}
+
+/// `Validity` in a word: an instant as nanoseconds after the lock's epoch,
+/// or one of the two lost states above every instant.
+const LOST_EXPIRED: u64 = u64::MAX - 1;
+const LOST_TAKEN: u64 = u64::MAX;
+
+fn pack_until(epoch: Instant, until: Instant) -> u64 {
+    let nanos = until.saturating_duration_since(epoch).as_nanos();
+    u64::try_from(nanos)
+        .unwrap_or(LOST_EXPIRED - 1)
+        .min(LOST_EXPIRED - 1)
+}
+
+fn pack_lost(reason: LossReason) -> u64 {
+    match reason {
+        LossReason::Taken => LOST_TAKEN,
+        _ => LOST_EXPIRED,
+    }
+}
+
+fn unpack(epoch: Instant, word: u64) -> Validity {
+    match word {
+        LOST_TAKEN => Validity::Lost(LossReason::Taken),
+        LOST_EXPIRED => Validity::Lost(LossReason::Expired),
+        nanos => Validity::Until(epoch + Duration::from_nanos(nanos)),
     }
 }

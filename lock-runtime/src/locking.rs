@@ -142,10 +142,28 @@ async fn acquire(
         }
     }
 
+    // The waiting part is boxed: its state is large, and only contended calls
+    // need it, while the call's future lives as long as the lock is held.
+    let (token, sent) = Box::pin(wait_in_line(client, &key, &owner, lease, start, wait)).await?;
+    Ok(held(key, owner, token, sent))
+}
+
+/// Waits in this client's line for `key` until the lock is taken (its token
+/// and when the winning request was sent) or `wait` is over.
+async fn wait_in_line(
+    client: &LockClient,
+    key: &str,
+    owner: &Arc<str>,
+    lease: Duration,
+    start: Instant,
+    wait: Duration,
+) -> Result<(u64, Instant), LockError> {
+    let inner = &client.inner;
+    let failed = |error| backend_error(key, error);
     let deadline = start + wait;
-    let ticket = inner.waiters.join(&key);
-    if let Err(source) = subscribe(client, &key).await {
-        return Err(failed(&key, source));
+    let ticket = inner.waiters.join(key);
+    if let Err(source) = subscribe(client, key).await {
+        return Err(failed(source));
     }
     // When the head tries again without news: the holder's expiry.
     let mut retry_at = deadline;
@@ -157,22 +175,22 @@ async fn acquire(
         let head = ticket.is_head();
         if head {
             let sent = Instant::now();
-            match attempt(client, &key, &owner, lease).await {
+            match attempt(client, key, owner, lease).await {
                 Ok(Acquire::Acquired(token)) => {
                     ticket.acquired();
-                    return Ok(held(key, owner, token, sent));
+                    return Ok((token, sent));
                 }
                 Ok(Acquire::Held(ttl)) => {
                     let ttl = ttl.unwrap_or(NO_TTL_RETRY).max(Duration::from_millis(1));
                     retry_at = (Instant::now() + ttl).min(deadline);
                 }
-                Err(source) => return Err(failed(&key, source)),
+                Err(source) => return Err(failed(source)),
             }
         }
         let now = Instant::now();
         if now >= deadline {
             return Err(LockError::Timeout {
-                key,
+                key: key.to_owned(),
                 waited: now - start,
             });
         }
@@ -218,7 +236,9 @@ async fn attempt(
         owner,
         done: false,
     };
-    let outcome = client.inner.backend.acquire(key, owner, lease).await;
+    // Boxed: the request's state is large and short-lived; unboxed it would
+    // stay in the call's future for as long as the lock is held.
+    let outcome = Box::pin(client.inner.backend.acquire(key, owner, lease)).await;
     in_flight.done = true;
     outcome
 }
@@ -295,11 +315,9 @@ fn backend_error(key: &str, error: BackendError) -> LockError {
 /// expires with its lease).
 async fn release(client: &LockClient, held: &HeldLock) -> Option<Release> {
     let inner = &client.inner;
-    match inner
-        .backend
-        .release(&held.key, &held.owner, held.token)
-        .await
-    {
+    let releasing = inner.backend.release(&held.key, &held.owner, held.token);
+    // Boxed for the same reason as the acquire request.
+    match Box::pin(releasing).await {
         Ok(outcome) => {
             // Not held any more (it was lost): the waiters here have no
             // release to wait for, so they should try too.

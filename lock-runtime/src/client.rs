@@ -418,7 +418,7 @@ impl LockClient {
 
     /// How many locks this client's watchdog is renewing now.
     pub fn renewing(&self) -> usize {
-        self.inner.registry.len()
+        self.inner.registry.renewing()
     }
 
     /// The backend key for a rendered key: the prefix, then the key.

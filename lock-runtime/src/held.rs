@@ -33,6 +33,8 @@ pub(crate) struct HeldLock {
     drift: Duration,
     /// The fencing token this acquisition got.
     pub token: u64,
+    /// Whether the watchdog renews it (otherwise it only watches its expiry).
+    pub renew: bool,
     /// How far the lock is trusted: [`Validity`] packed into a word (see
     /// `pack`), so that renewals and checks are lock-free.
     validity: AtomicU64,
@@ -43,11 +45,13 @@ pub(crate) struct HeldLock {
     epoch: Instant,
 }
 
-/// How long a lock was granted for: its lease, less the drift margin.
+/// How long a lock was granted for: its lease, less the drift margin, and
+/// whether it is renewed.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Term {
     pub lease: Duration,
     pub drift: Duration,
+    pub renew: bool,
 }
 
 impl HeldLock {
@@ -57,7 +61,11 @@ impl HeldLock {
         id: u64,
         (key, prefix_len): (Box<str>, usize),
         owner: Arc<str>,
-        Term { lease, drift }: Term,
+        Term {
+            lease,
+            drift,
+            renew,
+        }: Term,
         token: u64,
         sent: Instant,
     ) -> Self {
@@ -69,6 +77,7 @@ impl HeldLock {
             lease,
             drift,
             token,
+            renew,
             validity: AtomicU64::new(pack_until(sent, sent + lease.saturating_sub(drift))),
             lost: Notify::new(),
             next_renew_ms: AtomicU64::new(0),
@@ -117,6 +126,14 @@ impl HeldLock {
         }
     }
 
+    /// Until when the lock is trusted; `None` once it is lost.
+    pub(crate) fn valid_until(&self) -> Option<Instant> {
+        match self.validity() {
+            Validity::Until(until) => Some(until),
+            Validity::Lost(_) => None,
+        }
+    }
+
     fn validity(&self) -> Validity {
         unpack(self.epoch, self.validity.load(Ordering::Acquire))
     }
@@ -145,7 +162,8 @@ impl HeldLock {
     }
 
     /// Resolves when the lock is lost: a renewal found it gone, or its
-    /// validity ran out before a renewal extended it.
+    /// validity ran out before a renewal extended it. The watchdog marks the
+    /// expiry (no timer per lock); the body's poll checks the clock too.
     pub(crate) async fn lost(&self) -> LossReason {
         loop {
             let notified = self.lost.notified();
@@ -154,15 +172,7 @@ impl HeldLock {
             if let Some(reason) = self.check_now() {
                 return reason;
             }
-            let Validity::Until(until) = self.validity() else {
-                continue;
-            };
-            // Renewals move `until` later without waking this: at the old
-            // instant it looks again.
-            tokio::select! {
-                () = &mut notified => {}
-                () = tokio::time::sleep_until(until) => {}
-            }
+            notified.await;
         }
     }
 }

@@ -46,15 +46,13 @@ where
     }
     let wait = options.wait_or(inner.wait);
     let owner = ownership::current_owner().unwrap_or_else(|| client.new_owner());
-    let held = Arc::new(acquire(client, key, owner, lease, wait).await?);
+    let held = Arc::new(acquire(client, key, owner, lease, wait, options.renews()).await?);
     let guard = ReleaseGuard {
         client,
         held: held.clone(),
         armed: true,
     };
-    if options.renews() {
-        inner.registry.register(held.clone());
-    }
+    inner.registry.register(held.clone());
     let result = ownership::enter(inner.id.clone(), held.clone(), watch(&held, body)).await;
     let held_to_the_end = guard.release().await;
     if held_to_the_end {
@@ -112,6 +110,7 @@ async fn acquire(
     owner: Arc<str>,
     lease: Duration,
     wait: Duration,
+    renew: bool,
 ) -> Result<HeldLock, LockError> {
     let inner = &client.inner;
     let start = Instant::now();
@@ -119,6 +118,7 @@ async fn acquire(
     let term = Term {
         lease,
         drift: lease.mul_f64(inner.drift_factor) + Duration::from_millis(2),
+        renew,
     };
     let held = |key: String, owner: Arc<str>, token: u64, sent: Instant| {
         let id = client.new_lock_id();

@@ -1,4 +1,6 @@
-//! One task per client renews every held lock at a third of its lease.
+//! One task per client renews every held lock at a third of its lease, and
+//! marks a lock lost when its validity runs out with no renewal (no timer
+//! per lock).
 //!
 //! Locks that fall due close together (within a quarter of their renewal
 //! interval) are renewed together by one script call, so a client holding
@@ -51,10 +53,10 @@ impl Registry {
         u64::try_from(at.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Starts renewing `held`; wakes the task only if it sleeps past the
-    /// lock's first renewal.
+    /// Starts watching `held` (and renewing it, if it renews); wakes the
+    /// task only if it sleeps past the lock's first renewal or expiry.
     pub(crate) fn register(&self, held: Arc<HeldLock>) {
-        let due = self.ms(held.next_renewal());
+        let due = self.ms(next_event(&held).unwrap_or(self.epoch));
         self.with(|locks| locks.insert(held.id, held));
         if due < self.wake_at_ms.load(Ordering::Acquire) {
             self.changed.notify_one();
@@ -67,35 +69,49 @@ impl Registry {
     }
 
     /// How many locks are being renewed.
-    pub(crate) fn len(&self) -> usize {
-        self.with(|locks| locks.len())
+    pub(crate) fn renewing(&self) -> usize {
+        self.with(|locks| locks.values().filter(|h| h.renew).count())
     }
 
-    /// The locks due for renewal at `now`, and when the next one falls due.
+    /// Marks the locks whose validity has run out lost, and returns the
+    /// locks due for renewal at `now` and when the next event falls due.
     ///
     /// When one lock is due, the locks due within the next quarter of their
     /// renewal interval go with it, so that locks taken at different moments
     /// gather into a few batches per period rather than one call each.
     fn due(&self, now: Instant) -> (Vec<Arc<HeldLock>>, Option<Instant>) {
         self.with(|locks| {
-            let mut next: Option<Instant> = None;
-            for held in locks.values() {
-                let at = held.next_renewal();
-                if next.is_none_or(|n| at < n) {
-                    next = Some(at);
+            locks.retain(|_, held| match held.valid_until() {
+                Some(until) if until > now => true,
+                _ => {
+                    held.lose(LossReason::Expired);
+                    false
                 }
-            }
+            });
+            let next = locks.values().filter_map(|held| next_event(held)).min();
             if next.is_none_or(|n| n > now) {
                 return (Vec::new(), next);
             }
             let due = locks
                 .values()
+                .filter(|held| held.renew)
                 .filter(|held| held.next_renewal() <= now + held.renew_interval() / 4)
                 .cloned()
                 .collect();
             (due, next)
         })
     }
+}
+
+/// When the watchdog must next look at `held`: its renewal, or the end of
+/// its validity, whichever is first.
+fn next_event(held: &HeldLock) -> Option<Instant> {
+    let until = held.valid_until()?;
+    Some(if held.renew {
+        held.next_renewal().min(until)
+    } else {
+        until
+    })
 }
 
 /// Runs until the client's background runtime stops.

@@ -22,8 +22,12 @@ pub(crate) enum Validity {
 /// Shared by the body's loss watcher, the watchdog and the release.
 pub(crate) struct HeldLock {
     pub id: u64,
+    /// The id of the client that took it: keys are per client.
+    pub client: Arc<str>,
+    /// The lock held around the body that took this one, in the same task.
+    pub parent: Option<Arc<HeldLock>>,
     /// The full key: the client's prefix, then the rendered key.
-    pub key: Box<str>,
+    pub key: String,
     /// Where the rendered key starts in `key`.
     prefix_len: usize,
     pub owner: Arc<str>,
@@ -59,7 +63,8 @@ impl HeldLock {
     /// `sent + lease - drift`.
     pub(crate) fn new(
         id: u64,
-        (key, prefix_len): (Box<str>, usize),
+        (client, parent): (Arc<str>, Option<Arc<HeldLock>>),
+        (key, prefix_len): (String, usize),
         owner: Arc<str>,
         Term {
             lease,
@@ -71,6 +76,8 @@ impl HeldLock {
     ) -> Self {
         let held = HeldLock {
             id,
+            client,
+            parent,
             key,
             prefix_len,
             owner,

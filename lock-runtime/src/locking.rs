@@ -45,15 +45,22 @@ where
         }));
     }
     let wait = options.wait_or(inner.wait);
-    let owner = ownership::current_owner().unwrap_or_else(|| client.new_owner());
-    let held = Arc::new(acquire(client, key, owner, lease, wait, options.renews()).await?);
+    let parent = ownership::innermost();
+    let owner = match &parent {
+        Some(parent) => parent.owner.clone(),
+        None => client.new_owner(),
+    };
+    // Boxed: the acquire state is large, and unboxed it would stay in the
+    // call's future for as long as the lock is held.
+    let acquiring = acquire(client, key, (owner, parent), lease, wait, options.renews());
+    let held = Arc::new(Box::pin(acquiring).await?);
     let guard = ReleaseGuard {
         client,
         held: held.clone(),
         armed: true,
     };
     inner.registry.register(held.clone());
-    let result = ownership::enter(inner.id.clone(), held.clone(), watch(&held, body)).await;
+    let result = ownership::enter(held.clone(), watch(&held, body)).await;
     let held_to_the_end = guard.release().await;
     if held_to_the_end {
         return result;
@@ -107,7 +114,7 @@ where
 async fn acquire(
     client: &LockClient,
     key: String,
-    owner: Arc<str>,
+    (owner, parent): (Arc<str>, Option<Arc<HeldLock>>),
     lease: Duration,
     wait: Duration,
     renew: bool,
@@ -122,7 +129,8 @@ async fn acquire(
     };
     let held = |key: String, owner: Arc<str>, token: u64, sent: Instant| {
         let id = client.new_lock_id();
-        HeldLock::new(id, (key.into(), prefix), owner, term, token, sent)
+        let chain = (inner.id.clone(), parent);
+        HeldLock::new(id, chain, (key, prefix), owner, term, token, sent)
     };
     let failed = |key: &str, error| backend_error(key, error);
 

@@ -1,11 +1,11 @@
 //! Who owns a lock: the dynamic extent of the body that took it.
 //!
-//! Each locked body runs inside a task-local [`Frame`] that names the lock it
-//! holds and links to the frames around it. A locked call made inside such a
-//! body (in the same task) finds its key in the chain and re-enters without a
-//! round trip to the backend; the first locked call of a chain creates the
+//! Each locked body runs with its [`HeldLock`] as a task-local value; each
+//! held lock links to the one around it. A locked call made inside such a
+//! body (in the same task) finds its key in that chain and re-enters without
+//! a round trip to the backend; the first locked call of a chain creates the
 //! owner id that the nested calls share. A spawned task, or a sibling future
-//! joined next to the body, sees no frame and is a different owner.
+//! joined next to the body, sees no chain and is a different owner.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,27 +13,20 @@ use std::sync::Arc;
 use crate::held::HeldLock;
 
 tokio::task_local! {
-    static CURRENT: Arc<Frame>;
+    static CURRENT: Arc<HeldLock>;
 }
 
-/// One held lock in the chain of the running body.
-pub(crate) struct Frame {
-    /// Which client took the lock (its id): keys are per client.
-    pub client: Arc<str>,
-    pub held: Arc<HeldLock>,
-    parent: Option<Arc<Frame>>,
-}
-
-/// The lock `key` of `client` if the running body already holds it.
-pub(crate) fn held(client: &str, key: &str) -> Option<Arc<HeldLock>> {
+/// The first held lock in the running body's chain, innermost first, that
+/// `matches`.
+fn find(matches: impl Fn(&HeldLock) -> bool) -> Option<Arc<HeldLock>> {
     CURRENT
-        .try_with(|frame| {
-            let mut next = Some(frame);
-            while let Some(frame) = next {
-                if &*frame.held.key == key && &*frame.client == client {
-                    return Some(frame.held.clone());
+        .try_with(|innermost| {
+            let mut next = Some(innermost);
+            while let Some(held) = next {
+                if matches(held) {
+                    return Some(held.clone());
                 }
-                next = frame.parent.as_ref();
+                next = held.parent.as_ref();
             }
             None
         })
@@ -41,45 +34,24 @@ pub(crate) fn held(client: &str, key: &str) -> Option<Arc<HeldLock>> {
         .flatten()
 }
 
-/// The owner id of the running body's chain, if it runs under a lock.
-pub(crate) fn current_owner() -> Option<Arc<str>> {
-    CURRENT.try_with(|frame| frame.held.owner.clone()).ok()
-}
-
-/// Runs `body` with `held` pushed on the chain.
-pub(crate) fn enter<F: Future>(
-    client: Arc<str>,
-    held: Arc<HeldLock>,
-    body: F,
-) -> impl Future<Output = F::Output> {
-    let parent = CURRENT.try_with(Arc::clone).ok();
-    let frame = Arc::new(Frame {
-        client,
-        held,
-        parent,
-    });
-    CURRENT.scope(frame, body)
-}
-
-/// The innermost lock held by the running body, if any.
-pub(crate) fn innermost() -> Option<Arc<HeldLock>> {
-    CURRENT.try_with(|frame| frame.held.clone()).ok()
+/// The lock `key` (full key) of `client` if the running body holds it.
+pub(crate) fn held(client: &str, key: &str) -> Option<Arc<HeldLock>> {
+    find(|held| &*held.key == key && &*held.client == client)
 }
 
 /// The lock on `key` (as the caller wrote it, without prefix) held by the
 /// running body, innermost first.
 pub(crate) fn held_user_key(key: &str) -> Option<Arc<HeldLock>> {
-    CURRENT
-        .try_with(|frame| {
-            let mut next = Some(frame);
-            while let Some(frame) = next {
-                if frame.held.user_key() == key {
-                    return Some(frame.held.clone());
-                }
-                next = frame.parent.as_ref();
-            }
-            None
-        })
-        .ok()
-        .flatten()
+    find(|held| held.user_key() == key)
+}
+
+/// The innermost lock held by the running body, if any: the parent of a
+/// lock taken now.
+pub(crate) fn innermost() -> Option<Arc<HeldLock>> {
+    CURRENT.try_with(Arc::clone).ok()
+}
+
+/// Runs `body` with `held` as the innermost lock.
+pub(crate) fn enter<F: Future>(held: Arc<HeldLock>, body: F) -> impl Future<Output = F::Output> {
+    CURRENT.scope(held, body)
 }

@@ -74,6 +74,7 @@ pub struct LockClientBuilder {
     command_timeout: Duration,
     node_timeout: Duration,
     drift_factor: f64,
+    on_current_runtime: bool,
 }
 
 impl Default for LockClientBuilder {
@@ -86,6 +87,7 @@ impl Default for LockClientBuilder {
             command_timeout: Duration::from_secs(2),
             node_timeout: Duration::from_millis(100),
             drift_factor: 0.01,
+            on_current_runtime: false,
         }
     }
 }
@@ -138,6 +140,29 @@ impl LockClientBuilder {
         self
     }
 
+    /// Runs the client's connections, watchdog and background releases on
+    /// the tokio runtime that builds the client, instead of on a thread of
+    /// the client's own.
+    ///
+    /// Each round trip then skips a hop between threads: about 40 µs less
+    /// per call on a current-thread runtime. But the client stops working
+    /// when that runtime shuts down, so use it only for a client that lives
+    /// no longer than its runtime (not for a global client shared by many
+    /// `#[tokio::test]` runtimes). Without a current runtime (for example
+    /// [`in_memory`](Self::in_memory) called outside one) the client uses
+    /// its own thread.
+    pub fn on_current_runtime(mut self) -> Self {
+        self.on_current_runtime = true;
+        self
+    }
+
+    fn io(&self) -> std::io::Result<Io> {
+        match self.on_current_runtime.then(Io::current_runtime).flatten() {
+            Some(io) => Ok(io),
+            None => Io::start_thread(),
+        }
+    }
+
     /// Connects to one Redis node: `redis://host:port/db`, `rediss://...`
     /// (TLS, with the feature `tls-rustls` or `tls-native-tls`) or
     /// `unix:///path/to/redis.sock`. Needs Redis 6 or later (RESP3 carries
@@ -175,7 +200,7 @@ impl LockClientBuilder {
     }
 
     async fn connect_to(self, target: Target) -> Result<LockClient, LockError> {
-        let io = Io::start().map_err(|e| LockError::Connect(e.into()))?;
+        let io = self.io().map_err(|e| LockError::Connect(e.into()))?;
         let id = new_client_id();
         let waiters = Arc::new(Waiters::default());
         let on_push = {
@@ -265,14 +290,16 @@ impl LockClientBuilder {
     /// If the operating system refuses to start the client's background
     /// thread.
     pub fn in_memory(self) -> LockClient {
-        let io = Io::start().expect("lock-runtime: cannot start the client's background thread");
+        let io = self
+            .io()
+            .expect("lock-runtime: cannot start the client's background thread");
         let backend = Backend::Memory(MemoryBackend::default());
         self.finish(new_client_id(), backend, Arc::new(Waiters::default()), io)
     }
 
     fn finish(self, id: Arc<str>, backend: Backend, waiters: Arc<Waiters>, io: Io) -> LockClient {
         let registry = Registry::new();
-        io.spawn(watchdog::run(registry.clone(), backend.clone()));
+        io.spawn_until_closed(watchdog::run(registry.clone(), backend.clone()));
         let inner = Arc::new(Inner {
             id,
             owners: AtomicU64::new(0),

@@ -1,24 +1,31 @@
-//! The client's own background thread: a single-threaded tokio runtime that
-//! runs the watchdog, the connections' drivers and releases of dropped locks.
+//! Where the client's background work runs: its watchdog, the drivers of
+//! its connections, and the releases of dropped calls.
 //!
-//! Owning it makes a client independent of the runtime that created it: a
-//! global client keeps renewing while application runtimes come and go.
+//! By default the client owns a small thread with a single-threaded tokio
+//! runtime. That makes a client independent of the runtime that created it:
+//! a global client keeps renewing while application runtimes come and go.
+//! A client built with [`crate::LockClientBuilder::on_current_runtime`] uses
+//! the runtime that builds it instead: one thread hop less per round trip,
+//! but it stops working when that runtime shuts down.
 
 use std::future::Future;
 use std::io;
 
 use tokio::runtime::Handle;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 
-/// The handle of the background runtime; dropping the last one stops it.
+/// The handle of the background runtime; dropping it stops the background
+/// work (and the client's own thread, if it has one).
 pub(crate) struct Io {
     handle: Handle,
-    _stop: oneshot::Sender<()>,
+    /// Dropped with the client: tasks spawned with `spawn_until_closed` end.
+    closed: watch::Sender<()>,
+    _stop_thread: Option<oneshot::Sender<()>>,
 }
 
 impl Io {
-    /// Starts the thread and its runtime.
-    pub(crate) fn start() -> io::Result<Io> {
+    /// Starts a thread of the client's own, with its runtime.
+    pub(crate) fn start_thread() -> io::Result<Io> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
@@ -33,7 +40,18 @@ impl Io {
             })?;
         Ok(Io {
             handle,
-            _stop: stop,
+            closed: watch::Sender::new(()),
+            _stop_thread: Some(stop),
+        })
+    }
+
+    /// Uses the runtime this is called from, if any.
+    pub(crate) fn current_runtime() -> Option<Io> {
+        let handle = Handle::try_current().ok()?;
+        Some(Io {
+            handle,
+            closed: watch::Sender::new(()),
+            _stop_thread: None,
         })
     }
 
@@ -44,5 +62,20 @@ impl Io {
         F::Output: Send + 'static,
     {
         self.handle.spawn(task)
+    }
+
+    /// Runs the endless `task` on the background runtime until the client
+    /// is dropped.
+    pub(crate) fn spawn_until_closed<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let mut closed = self.closed.subscribe();
+        self.handle.spawn(async move {
+            tokio::select! {
+                () = task => {}
+                _ = closed.changed() => {}
+            }
+        });
     }
 }

@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use lock_runtime::{distributed_lock, LockError};
+use lock_runtime::{distributed_lock, LockClient, LockError, LockOptions};
 use redis::aio::MultiplexedConnection;
 use redis::{Script, Value};
 use tokio::time::{timeout, Instant};
@@ -45,6 +45,9 @@ pub enum Who {
     Floor,
     /// `#[distributed_lock]` on the global client.
     Library,
+    /// `LockClient::run_locked` on a client built with `on_current_runtime()`
+    /// on the runtime that runs the workload (one client per runtime).
+    LibraryLocal,
     /// rslock's `LockManager::acquire` and `LockGuard::release`, defaults.
     Rslock,
     /// The floor's scripts, a failed acquire retried every 50 ms.
@@ -56,6 +59,7 @@ impl Who {
         match self {
             Who::Floor => "floor",
             Who::Library => "library",
+            Who::LibraryLocal => "local",
             Who::Rslock => "rslock",
             Who::Polling => "poll50",
         }
@@ -67,6 +71,7 @@ impl fmt::Display for Who {
         f.write_str(match self {
             Who::Floor => "floor (raw scripts)",
             Who::Library => "lock-runtime (attribute)",
+            Who::LibraryLocal => "lock-runtime (on_current_runtime)",
             Who::Rslock => "rslock 0.10 (defaults)",
             Who::Polling => "polling every 50 ms",
         })
@@ -115,13 +120,21 @@ impl fmt::Display for Failed {
 pub struct Lockers {
     pub floor: Floor,
     pub rslock: rslock::LockManager,
+    /// A client driven by the runtime this is connected on (call
+    /// [`Lockers::connect`] inside that runtime).
+    pub local: LockClient,
 }
 
 impl Lockers {
-    pub async fn connect(url: &str) -> redis::RedisResult<Lockers> {
+    pub async fn connect(url: &str) -> Result<Lockers, String> {
         Ok(Lockers {
-            floor: Floor::connect(url).await?,
+            floor: Floor::connect(url).await.map_err(|e| e.to_string())?,
             rslock: rslock::LockManager::new(vec![url.to_owned()]),
+            local: LockClient::builder()
+                .on_current_runtime()
+                .connect(url)
+                .await
+                .map_err(|e| e.to_string())?,
         })
     }
 
@@ -132,10 +145,15 @@ impl Lockers {
         F: Future<Output = ()> + Send,
     {
         match who {
-            Who::Library => library(&key.short, body).await.map_err(|e| match e {
-                LockError::Timeout { .. } => Failed::TimedOut,
-                e => Failed::Other(e.to_string()),
-            }),
+            Who::Library => library(&key.short, body).await.map_err(failed),
+            Who::LibraryLocal => self
+                .local
+                .run_locked(&key.short, LockOptions::new(), async {
+                    body.await;
+                    Ok::<(), LockError>(())
+                })
+                .await
+                .map_err(failed),
             Who::Floor | Who::Polling => {
                 let retry = if who == Who::Polling {
                     POLL
@@ -158,6 +176,13 @@ impl Lockers {
                 Ok(())
             }
         }
+    }
+}
+
+fn failed(e: LockError) -> Failed {
+    match e {
+        LockError::Timeout { .. } => Failed::TimedOut,
+        e => Failed::Other(e.to_string()),
     }
 }
 

@@ -120,7 +120,9 @@ impl Side {
         .build()
         .map_err(|e| e.to_string())?;
         let bench = runtime.block_on(async {
-            let lockers = Lockers::connect(url).await.map_err(|e| e.to_string())?;
+            // The on_current_runtime client is built here, so that its
+            // connections and background work run on this side's runtime.
+            let lockers = Lockers::connect(url).await?;
             let admin = redis::Client::open(url)
                 .map_err(|e| e.to_string())?
                 .get_multiplexed_async_connection()
@@ -170,7 +172,7 @@ fn run(cfg: &Config, only: &str, current_thread_only: bool) -> Result<Vec<String
         &[Flavor::MultiThread, Flavor::CurrentThread]
     };
 
-    let three = [Who::Floor, Who::Library, Who::Rslock];
+    let ab = [Who::Floor, Who::Library, Who::LibraryLocal, Who::Rslock];
     let four = [Who::Floor, Who::Library, Who::Rslock, Who::Polling];
     let mut runs = Runs::default();
     for run in 0..cfg.runs {
@@ -180,13 +182,13 @@ fn run(cfg: &Config, only: &str, current_thread_only: bool) -> Result<Vec<String
             let bench = &side.bench;
             side.runtime.block_on(async {
                 if only.contains('a') {
-                    for who in rotate(&three, run) {
+                    for who in rotate(&ab, run) {
                         let r = workloads::uncontended(bench, who, cfg).await?;
                         runs.a.push((run, (who, flavor), r));
                     }
                 }
                 if only.contains('b') {
-                    for who in rotate(&three, run) {
+                    for who in rotate(&ab, run) {
                         let r = workloads::parallel(bench, who, cfg).await?;
                         runs.b.push((run, (who, flavor), r));
                     }

@@ -429,18 +429,21 @@ impl LockClient {
     /// within `wait` ([`LockError::Timeout`]), the backend failed, or the lock
     /// was lost while `body` ran ([`LockError::Lost`]; `body` was dropped
     /// there). Otherwise what `body` returned.
-    pub async fn run_locked<T, E, F>(
-        &self,
+    pub fn run_locked<'a, T, E, F>(
+        &'a self,
         key: &str,
         options: LockOptions,
         body: F,
-    ) -> Result<T, E>
+    ) -> impl std::future::Future<Output = Result<T, E>> + 'a
     where
-        F: std::future::Future<Output = Result<T, E>>,
-        E: From<LockError>,
+        F: std::future::Future<Output = Result<T, E>> + 'a,
+        E: From<LockError> + 'a,
+        T: 'a,
     {
+        // Not an `async fn`: the key is rendered now, and the body's future
+        // is not held a second time by an extra layer.
         let key = self.full_key(format_args!("{key}"));
-        crate::locking::run(self, key, options, body).await
+        crate::locking::run(self, key, options, body)
     }
 
     /// How many locks this client's watchdog is renewing now.

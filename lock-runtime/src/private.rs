@@ -2,6 +2,8 @@
 
 use std::fmt;
 use std::future::Future;
+
+use futures_util::future::Either;
 use std::time::Duration;
 
 use crate::{LockClient, LockError, LockOptions};
@@ -28,11 +30,20 @@ pub fn key(key: fmt::Arguments<'_>) -> Key {
 }
 
 /// Runs `body` under the lock `key` on the global client.
-pub async fn run_locked<T, E, F>(key: Key, options: LockOptions, body: F) -> Result<T, E>
+///
+/// Not an `async fn`: one layer less around the body's future, which an
+/// `async fn` would hold a second time.
+pub fn run_locked<T, E, F>(
+    key: Key,
+    options: LockOptions,
+    body: F,
+) -> impl Future<Output = Result<T, E>>
 where
     F: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
-    let (client, key) = key.0?;
-    crate::locking::run(client, key, options, body).await
+    match key.0 {
+        Ok((client, key)) => Either::Left(crate::locking::run(client, key, options, body)),
+        Err(error) => Either::Right(std::future::ready(Err(E::from(error)))),
+    }
 }

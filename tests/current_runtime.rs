@@ -24,25 +24,7 @@ async fn exclusion_renewal_and_wake_up_on_the_current_runtime() {
 
     // Tasks on one key never overlap.
     let counter = Counter::new(&env, "counter").await;
-    let mut tasks = Vec::new();
-    for _ in 0..8 {
-        let client = client.clone();
-        let mut counter = counter.clone();
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..10 {
-                client
-                    .run_locked("counter", LockOptions::new(), async {
-                        counter.increment_slowly().await;
-                        Ok::<_, LockError>(())
-                    })
-                    .await
-                    .expect("locked increment");
-            }
-        }));
-    }
-    for task in tasks {
-        task.await.expect("task");
-    }
+    support::increment_under_lock(&client, &counter, "counter", (8, 10)).await;
     assert_eq!(counter.clone().get().await, 80);
 
     // The watchdog, on this runtime, keeps a 300 ms lease for a second.

@@ -11,26 +11,7 @@ on_both_backends! {
     /// 16 tasks x 20 slow increments of one counter under one lock: none lost.
     async fn tasks_on_one_key_never_overlap(env: Env) {
         let counter = Counter::new(&env, "counter").await;
-        let options = LockOptions::new().wait(Duration::from_secs(60));
-        let mut tasks = Vec::new();
-        for _ in 0..16 {
-            let client = env.client.clone();
-            let mut counter = counter.clone();
-            tasks.push(tokio::spawn(async move {
-                for _ in 0..20 {
-                    client
-                        .run_locked("counter", options, async {
-                            counter.increment_slowly().await;
-                            Ok::<_, LockError>(())
-                        })
-                        .await
-                        .expect("locked increment");
-                }
-            }));
-        }
-        for task in tasks {
-            task.await.expect("task");
-        }
+        support::increment_under_lock(&env.client, &counter, "counter", (16, 20)).await;
         assert_eq!(counter.clone().get().await, 16 * 20);
     }
 }

@@ -442,3 +442,33 @@ pub async fn four_processes_never_oversell(lock_urls: &str, store_url: &str) {
         0
     );
 }
+
+/// `tasks` tasks, each doing `rounds` slow increments of `counter` under the
+/// lock `key` on `client`; returns when all are done.
+pub async fn increment_under_lock(
+    client: &lock_runtime::LockClient,
+    counter: &Counter,
+    key: &'static str,
+    (tasks, rounds): (usize, usize),
+) {
+    let options = lock_runtime::LockOptions::new().wait(Duration::from_secs(60));
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let client = client.clone();
+        let mut counter = counter.clone();
+        handles.push(tokio::spawn(async move {
+            for _ in 0..rounds {
+                client
+                    .run_locked(key, options, async {
+                        counter.increment_slowly().await;
+                        Ok::<_, lock_runtime::LockError>(())
+                    })
+                    .await
+                    .expect("locked increment");
+            }
+        }));
+    }
+    for handle in handles {
+        handle.await.expect("task");
+    }
+}

@@ -360,7 +360,7 @@ fn unsubscribe_later(client: &Weak<Inner>, key: Box<str>) {
     let task = inner.clone();
     inner.io.spawn(async move {
         let mut subscribed = task.subscribed.lock().await;
-        if task.waiters.is_idle(&key) && subscribed.remove(&key) {
+        if !task.waiters.is_waited(&key) && subscribed.remove(&key) {
             if let Err(error) = task.backend.unwatch_releases(&key).await {
                 tracing::debug!(%error, key = &*key, "unsubscribe failed");
             }

@@ -94,11 +94,6 @@ impl Waiters {
     pub(crate) fn wake_all(&self) {
         self.with(|lines| lines.values().for_each(|l| l.slot.notify.notify_waiters()));
     }
-
-    /// Whether nobody waits on `key` any more.
-    pub(crate) fn is_idle(&self, key: &str) -> bool {
-        !self.is_waited(key)
-    }
 }
 
 /// One waiter's place in line. Dropping it leaves the line; the last one

@@ -23,7 +23,9 @@ async fn a_renewal_that_finds_the_lock_gone_stops_the_body() {
         .expect("DEL");
     let _: () = redis::cmd("HSET")
         .arg("lock:vanishing")
+        .arg("owner")
         .arg("intruder")
+        .arg("holds")
         .arg(1)
         .query(&mut server.connection())
         .expect("HSET");
@@ -43,11 +45,7 @@ async fn a_renewal_that_finds_the_lock_gone_stops_the_body() {
         deleted.elapsed()
     );
     // The release touched only its own hold: the intruder's stays.
-    let owners: Vec<String> = redis::cmd("HKEYS")
-        .arg("lock:vanishing")
-        .query(&mut server.connection())
-        .expect("HKEYS");
-    assert_eq!(owners, ["intruder"]);
+    assert_eq!(server.owners("lock:vanishing"), [("intruder".into(), 1)]);
 }
 
 /// The lock vanishes and the body ends before any renewal: the release finds

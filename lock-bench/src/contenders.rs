@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lock_runtime::{distributed_lock, LockClient, LockError, LockOptions};
 use redis::aio::MultiplexedConnection;
-use redis::{Script, Value};
+use redis::Script;
 use tokio::time::{timeout, Instant};
 
 /// The lease of every lock in workloads (a) to (d): the library's default.
@@ -31,11 +31,7 @@ static RELEASE: LazyLock<Script> = LazyLock::new(|| {
         "../../lock-runtime/src/backend/lua/release.lua"
     ))
 });
-/// release.lua's `ARGV[3]`: how long a freed key keeps its fencing field (ms),
-/// the runtime's value.
-const FENCE_RETENTION_MS: u64 = 10_000;
-
-/// A fencing token from acquire.lua, given back to release.lua (`ARGV[4]`).
+/// A fencing token from acquire.lua, given back to release.lua (`ARGV[3]`).
 pub type Token = i64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -228,22 +224,15 @@ impl Floor {
         owner: &str,
         lease: Duration,
     ) -> Result<Option<Token>, Failed> {
-        let reply: Value = ACQUIRE
+        let answer: i64 = ACQUIRE
             .key(key)
             .arg(owner)
             .arg(lease.as_millis() as u64)
             .invoke_async(&mut self.con.clone())
             .await
             .map_err(|e| Failed::Other(e.to_string()))?;
-        // acquire.lua answers {1, token} (taken) or {0, ttl}.
-        match reply {
-            Value::Array(items) => match items.as_slice() {
-                [Value::Int(1), Value::Int(token)] => Ok(Some(*token)),
-                [Value::Int(0), _] => Ok(None),
-                _ => Err(Failed::Other(format!("acquire.lua answered {items:?}"))),
-            },
-            other => Err(Failed::Other(format!("acquire.lua answered {other:?}"))),
-        }
+        // acquire.lua answers the token (> 0) or -2 - the holder's TTL.
+        Ok((answer > 0).then_some(answer))
     }
 
     /// Tries until taken, `retry` apart, for at most [`WAIT`].
@@ -276,7 +265,6 @@ impl Floor {
             .key(key)
             .arg(owner)
             .arg(&self.client_id)
-            .arg(FENCE_RETENTION_MS)
             .arg(token)
             .invoke_async(&mut self.con.clone())
             .await

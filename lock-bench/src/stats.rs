@@ -48,8 +48,8 @@ const OURS: &[&str] = &[
 /// which INFO commandstats counts too. They are not round trips. rslock's
 /// extend script also calls `set`, but no workload except (e) extends.
 const INSIDE_SCRIPTS: &[&str] = &[
-    "exists", "hexists", "hincrby", "pexpire", "pttl", "hget", "hlen", "hset", "hdel", "time",
-    "del", "publish", "get",
+    "exists", "hexists", "hincrby", "pexpire", "pttl", "hget", "hmget", "hlen", "hset", "hdel",
+    "time", "del", "publish", "get",
 ];
 
 /// Calls per command name, as INFO commandstats reports them, and the

@@ -8,7 +8,8 @@
 //! protects refuses writes that carry a smaller number than one it has seen.
 //!
 //! On Redis the acquire script decides the token: the last token + 1 while
-//! the key keeps it (while held, and for 10 s after release), otherwise the
+//! the key keeps it (while held, and after release until the lease would have
+//! ended), otherwise the
 //! server time in microseconds. Tokens cannot run ahead of that clock (a key
 //! is not taken more than once a microsecond), so they keep increasing across
 //! expiries and across a restart of a Redis without persistence, as long as

@@ -60,8 +60,8 @@
 //! and the body never runs without the lock.
 //!
 //! # How it works
-//! - A lock is a Redis hash at `prefix + key`: field = owner id, value =
-//!   hold count, with a `PEXPIRE` lease. Taking, releasing and renewing are
+//! - A lock is a Redis hash at `prefix + key` (fields `owner`, `holds` and
+//!   `fence`, the last fencing token), with a `PEXPIRE` lease. Taking, releasing and renewing are
 //!   each one Lua script (loaded once, called by `EVALSHA`).
 //! - Ownership is the extent of the body: a locked call made inside a
 //!   locked body (same task) on the same key re-enters with no round trip; a

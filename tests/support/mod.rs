@@ -130,16 +130,18 @@ impl RedisServer {
         self.spawn();
     }
 
-    /// The owners holding the lock `key` (full key) and their hold counts:
-    /// the lock's hash without its `fence` field.
+    /// The owner holding the lock `key` (full key) and its hold count, if
+    /// any: the lock hash's `owner` and `holds` fields.
     pub fn owners(&self, key: &str) -> Vec<(String, u64)> {
-        let hash: Vec<(String, String)> = redis::cmd("HGETALL")
+        let (owner, holds): (Option<String>, Option<u64>) = redis::cmd("HMGET")
             .arg(key)
+            .arg("owner")
+            .arg("holds")
             .query(&mut self.connection())
-            .expect("HGETALL");
-        hash.into_iter()
-            .filter(|(field, _)| field != "fence")
-            .map(|(owner, count)| (owner, count.parse().expect("a hold count")))
+            .expect("HMGET");
+        owner
+            .map(|owner| (owner, holds.expect("a hold count")))
+            .into_iter()
             .collect()
     }
 

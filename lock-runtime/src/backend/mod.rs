@@ -133,9 +133,6 @@ impl Backend {
     }
 }
 
-/// How long a freed key keeps its last fencing token (see `release.lua`).
-pub(crate) const FENCE_RETENTION: Duration = Duration::from_secs(10);
-
 /// Milliseconds for a Redis argument, at least 1.
 pub(crate) fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)

@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, ProtocolVersion, PushInfo, RedisError, Script, Value};
 
-use super::{millis, Acquire, Release, RenewItem, FENCE_RETENTION};
+use super::{millis, Acquire, Release, RenewItem};
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
@@ -89,22 +89,23 @@ impl RedisBackend {
         owner: &str,
         lease: Duration,
     ) -> Result<Acquire, RedisError> {
-        let (acquired, value): (i64, i64) = ACQUIRE
+        let answer: i64 = ACQUIRE
             .key(key)
             .arg(owner)
             .arg(millis(lease))
             .invoke_async(&mut self.commands.clone())
             .await?;
-        Ok(match (acquired, u64::try_from(value)) {
-            (1, Ok(token)) => Acquire::Acquired(token),
-            (1, Err(_)) => {
+        // acquire.lua answers the token (> 0), or -2 - the holder's TTL.
+        Ok(match answer {
+            1.. => Acquire::Acquired(answer.unsigned_abs()),
+            -1 => Acquire::Held(None),
+            ..=-2 => Acquire::Held(Some(Duration::from_millis((-2 - answer).unsigned_abs()))),
+            0 => {
                 return Err(RedisError::from((
                     redis::ErrorKind::Parse,
-                    "acquire.lua returned a negative fencing token",
+                    "acquire.lua answered 0, which is not a fencing token",
                 )))
             }
-            (_, Ok(ttl)) => Acquire::Held(Some(Duration::from_millis(ttl))),
-            (_, Err(_)) => Acquire::Held(None),
         })
     }
 
@@ -118,7 +119,6 @@ impl RedisBackend {
             .key(key)
             .arg(owner)
             .arg(&*self.client_id)
-            .arg(millis(FENCE_RETENTION))
             .arg(token)
             .invoke_async(&mut self.commands.clone())
             .await?;

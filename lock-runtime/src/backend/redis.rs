@@ -4,7 +4,10 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, ProtocolVersion, PushInfo, RedisError, Script, Value};
+use redis::{
+    Client, Cmd, ErrorKind, FromRedisValue, ProtocolVersion, PushInfo, RedisError, Script,
+    ServerErrorKind, ToRedisArgs, Value,
+};
 
 use super::{millis, Acquire, Release, RenewItem};
 
@@ -89,11 +92,8 @@ impl RedisBackend {
         owner: &str,
         lease: Duration,
     ) -> Result<Acquire, RedisError> {
-        let answer: i64 = ACQUIRE
-            .key(key)
-            .arg(owner)
-            .arg(millis(lease))
-            .invoke_async(&mut self.commands.clone())
+        let answer: i64 = self
+            .eval(&ACQUIRE, key, (owner, millis(lease)), owner.len() + 20)
             .await?;
         // acquire.lua answers the token (> 0), or -2 - the holder's TTL.
         Ok(match answer {
@@ -115,18 +115,43 @@ impl RedisBackend {
         owner: &str,
         token: u64,
     ) -> Result<Release, RedisError> {
-        let freed: i64 = RELEASE
-            .key(key)
-            .arg(owner)
-            .arg(&*self.client_id)
-            .arg(token)
-            .invoke_async(&mut self.commands.clone())
-            .await?;
+        let args = (owner, &*self.client_id, token);
+        let size = owner.len() + self.client_id.len() + 20;
+        let freed: i64 = self.eval(&RELEASE, key, args, size).await?;
         Ok(match freed {
             1 => Release::Freed,
             0 => Release::StillHeld,
             _ => Release::NotHeld,
         })
+    }
+
+    /// Calls `script` on `key` with `args` by EVALSHA, loading the script
+    /// first if the server does not know it (a restart, a `SCRIPT FLUSH`).
+    ///
+    /// The command is built in one buffer of about `args_size` bytes more
+    /// than the fixed part, rather than through `ScriptInvocation`, which
+    /// allocates every argument on its own: this is the hot path.
+    async fn eval<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        key: &str,
+        args: impl ToRedisArgs,
+        args_size: usize,
+    ) -> Result<T, RedisError> {
+        let mut cmd = Cmd::with_capacity(7, 96 + key.len() + args_size);
+        cmd.arg("EVALSHA")
+            .arg(script.get_hash())
+            .arg(1)
+            .arg(key)
+            .arg(args);
+        let mut con = self.commands.clone();
+        match cmd.query_async(&mut con).await {
+            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                script.load_async(&mut con).await?;
+                cmd.query_async(&mut con).await
+            }
+            answer => answer,
+        }
     }
 
     pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<bool>, RedisError> {

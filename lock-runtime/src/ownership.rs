@@ -101,3 +101,16 @@ impl Deref for OwnerId {
         std::str::from_utf8(&self.bytes[..usize::from(self.len)]).expect("UTF-8")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::OwnerId;
+
+    #[test]
+    fn the_longest_owner_id_fits() {
+        let client = "0123456789abcdef0123456789abcdef";
+        let id = OwnerId::new(client, u64::MAX);
+        assert_eq!(&*id, format!("{client}:{}", u64::MAX));
+        assert_eq!(&*OwnerId::new(client, 7), format!("{client}:7"));
+    }
+}

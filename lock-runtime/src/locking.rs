@@ -43,10 +43,11 @@ pin_project! {
     /// runs the body under it while watching for loss, then releases it.
     ///
     /// Written out by hand, not as an `async fn`, so that the body's future
-    /// is stored once, in place, and the call adds little to it while the
-    /// lock is held: a task holding a lock costs about the body's size plus
-    /// a few words. The steps before and after the body (acquire, release)
-    /// are boxed, so their larger states are not kept meanwhile.
+    /// is stored once, in place, and the call adds only a few words to it
+    /// while the lock is held (an `async fn` would keep the body twice, as
+    /// its argument and as the future it polls). The steps before and after
+    /// the body (acquire, release) are boxed, so that their larger states are
+    /// not kept meanwhile.
     ///
     /// Dropped while it holds the lock (cancelled, or the body panicked),
     /// it drops the body and releases the lock in the background.
@@ -83,7 +84,7 @@ pin_project! {
 }
 
 /// Taking the lock: boxed, so that its state is not kept while the lock is
-/// held.
+/// held, and a trait object, since an `async fn`'s future type has no name.
 type Acquiring<'a> = Pin<Box<dyn Future<Output = Result<HeldLock, LockError>> + Send + 'a>>;
 
 /// Giving the lock back (see [`release`]).

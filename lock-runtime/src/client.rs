@@ -461,11 +461,12 @@ impl LockClient {
         full
     }
 
-    pub(crate) fn new_owner(&self) -> Arc<str> {
-        let n = self.inner.owners.fetch_add(1, Ordering::Relaxed);
-        format!("{}:{n}", self.inner.id).into()
+    /// A new owner's number: its id is `OwnerId::new(&inner.id, n)`.
+    pub(crate) fn new_owner(&self) -> u64 {
+        self.inner.owners.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// A number for a newly held lock, unique within the client.
     pub(crate) fn new_lock_id(&self) -> u64 {
         self.inner.lock_ids.fetch_add(1, Ordering::Relaxed)
     }

@@ -3,11 +3,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::Waker;
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use futures_util::task::AtomicWaker;
 use tokio::time::Instant;
 
+use crate::ownership::OwnerId;
 use crate::LossReason;
 
 /// How far the lock's validity is trusted, as the watchdog and the body see it.
@@ -20,6 +22,9 @@ pub(crate) enum Validity {
 }
 
 /// Shared by the body's loss watcher, the watchdog and the release.
+///
+/// One lives for every lock held, so it is kept small: durations as
+/// nanoseconds, the owner as its number (see [`OwnerId`]).
 pub(crate) struct HeldLock {
     pub id: u64,
     /// The id of the client that took it: keys are per client.
@@ -29,21 +34,25 @@ pub(crate) struct HeldLock {
     /// The full key: the client's prefix, then the rendered key.
     pub key: String,
     /// Where the rendered key starts in `key`.
-    prefix_len: usize,
-    pub owner: Arc<str>,
-    pub lease: Duration,
-    /// The margin kept off every lease for clock-rate drift between this
-    /// process and the servers.
-    drift: Duration,
-    /// The fencing token this acquisition got.
-    pub token: u64,
+    prefix_len: u32,
     /// Whether the watchdog renews it (otherwise it only watches its expiry).
     pub renew: bool,
+    /// The owner's number within the client: see [`HeldLock::owner_id`].
+    pub owner: u64,
+    /// The lease, in nanoseconds.
+    lease_ns: u64,
+    /// How long a lease is trusted, in nanoseconds: the lease less the
+    /// margin for clock-rate drift between this process and the servers.
+    valid_ns: u64,
+    /// The fencing token this acquisition got.
+    pub token: u64,
     /// How far the lock is trusted: [`Validity`] packed into a word (see
     /// `pack`), so that renewals and checks are lock-free.
     validity: AtomicU64,
-    /// Woken when the lock is found lost.
-    lost: Notify,
+    /// The waker of the call that took the lock, woken when the lock is
+    /// found lost. One slot is enough: a re-entered call runs inside the
+    /// body of the call that took the lock, which stops it on loss.
+    lost: AtomicWaker,
     /// When the watchdog should renew next, in ms after `epoch`.
     next_renew_ms: AtomicU64,
     epoch: Instant,
@@ -65,7 +74,7 @@ impl HeldLock {
         id: u64,
         (client, parent): (Arc<str>, Option<Arc<HeldLock>>),
         (key, prefix_len): (String, usize),
-        owner: Arc<str>,
+        owner: u64,
         Term {
             lease,
             drift,
@@ -74,19 +83,22 @@ impl HeldLock {
         token: u64,
         sent: Instant,
     ) -> Self {
+        let valid = lease.saturating_sub(drift);
         let held = HeldLock {
             id,
             client,
             parent,
             key,
-            prefix_len,
-            owner,
-            lease,
-            drift,
-            token,
+            // A prefix is a few bytes; the clamp only keeps `user_key` in
+            // bounds.
+            prefix_len: u32::try_from(prefix_len).unwrap_or(u32::MAX),
             renew,
-            validity: AtomicU64::new(pack_until(sent, sent + lease.saturating_sub(drift))),
-            lost: Notify::new(),
+            owner,
+            lease_ns: nanos(lease),
+            valid_ns: nanos(valid),
+            token,
+            validity: AtomicU64::new(pack_until(sent, sent + valid)),
+            lost: AtomicWaker::new(),
             next_renew_ms: AtomicU64::new(0),
             epoch: sent,
         };
@@ -94,9 +106,19 @@ impl HeldLock {
         held
     }
 
+    /// The owner id the backend knows this hold by.
+    pub(crate) fn owner_id(&self) -> OwnerId {
+        OwnerId::new(&self.client, self.owner)
+    }
+
+    /// How long the lock lives in the backend without a renewal.
+    pub(crate) fn lease(&self) -> Duration {
+        Duration::from_nanos(self.lease_ns)
+    }
+
     /// The interval between renewals: a third of the lease.
     pub(crate) fn renew_interval(&self) -> Duration {
-        self.lease / 3
+        self.lease() / 3
     }
 
     /// When the watchdog should renew this lock next.
@@ -113,7 +135,7 @@ impl HeldLock {
 
     /// A renewal sent at `sent` succeeded: the lock is valid for another lease.
     pub(crate) fn renewed(&self, sent: Instant) {
-        let until = pack_until(self.epoch, sent + self.lease.saturating_sub(self.drift));
+        let until = pack_until(self.epoch, sent + Duration::from_nanos(self.valid_ns));
         // Lost states pack above every instant: a renewal cannot undo a loss.
         self.validity.fetch_max(until, Ordering::AcqRel);
         self.schedule_renewal(sent + self.renew_interval());
@@ -129,7 +151,7 @@ impl HeldLock {
             })
             .is_ok();
         if first {
-            self.lost.notify_waiters();
+            self.lost.wake();
         }
     }
 
@@ -141,13 +163,22 @@ impl HeldLock {
         }
     }
 
+    /// Has `waker` woken when the lock is found lost, in place of the waker
+    /// given before. Call it before checking the lock ([`check_now`]), so
+    /// that a loss in between is not missed.
+    ///
+    /// [`check_now`]: HeldLock::check_now
+    pub(crate) fn wake_on_loss(&self, waker: &Waker) {
+        self.lost.register(waker);
+    }
+
     fn validity(&self) -> Validity {
         unpack(self.epoch, self.validity.load(Ordering::Acquire))
     }
 
     /// The key as the caller wrote it, without the client's prefix.
     pub(crate) fn user_key(&self) -> &str {
-        &self.key[self.prefix_len..]
+        self.key.get(self.prefix_len as usize..).unwrap_or_default()
     }
 
     /// Whether the lock is lost, checking its validity against the clock
@@ -166,21 +197,6 @@ impl HeldLock {
     /// Whether the lock is known lost.
     pub(crate) fn is_lost(&self) -> bool {
         matches!(self.validity(), Validity::Lost(_))
-    }
-
-    /// Resolves when the lock is lost: a renewal found it gone, or its
-    /// validity ran out before a renewal extended it. The watchdog marks the
-    /// expiry (no timer per lock); the body's poll checks the clock too.
-    pub(crate) async fn lost(&self) -> LossReason {
-        loop {
-            let notified = self.lost.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            if let Some(reason) = self.check_now() {
-                return reason;
-            }
-            notified.await;
-        }
     }
 }
 
@@ -209,4 +225,9 @@ fn unpack(epoch: Instant, word: u64) -> Validity {
         LOST_EXPIRED => Validity::Lost(LossReason::Expired),
         nanos => Validity::Until(epoch + Duration::from_nanos(nanos)),
     }
+}
+
+/// A duration in nanoseconds, saturating (at about 584 years).
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
 }

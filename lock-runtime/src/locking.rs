@@ -2,66 +2,269 @@
 //! while watching for loss, release.
 
 use std::future::Future;
+use std::mem;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
+use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
+use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
 use crate::backend::{Acquire, BackendError, Release};
 use crate::held::{HeldLock, Term};
-use crate::{ownership, LockClient, LockError, LockOptions, LossReason};
+use crate::ownership::{self, OwnerId};
+use crate::{LockClient, LockError, LockOptions, LossReason};
 
 /// How long a waiter sleeps when the holder's lock has no expiry (someone
 /// changed the key by hand), before it tries again.
 const NO_TTL_RETRY: Duration = Duration::from_millis(100);
 
 /// Runs `body` under the lock `key` (a full backend key) of `client`.
-pub(crate) async fn run<T, E, F>(
+pub(crate) fn run<T, E, F>(
     client: &LockClient,
     key: String,
     options: LockOptions,
     body: F,
-) -> Result<T, E>
+) -> Locked<'_, F, T, E>
 where
     F: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
+    Locked {
+        client,
+        phase: Phase::Start { key, options },
+        body: Some(body),
+    }
+}
+
+pin_project! {
+    /// A locked call: takes the lock (or finds it held around the call),
+    /// runs the body under it while watching for loss, then releases it.
+    ///
+    /// Written out by hand, not as an `async fn`, so that the body's future
+    /// is stored once, in place, and the call adds only a few words to it
+    /// while the lock is held (an `async fn` would keep the body twice, as
+    /// its argument and as the future it polls). The steps before and after
+    /// the body (acquire, release) are boxed, so that their larger states are
+    /// not kept meanwhile.
+    ///
+    /// Dropped while it holds the lock (cancelled, or the body panicked),
+    /// it drops the body and releases the lock in the background.
+    pub(crate) struct Locked<'a, F, T, E> {
+        client: &'a LockClient,
+        phase: Phase<'a, T, E>,
+        // `None` once the call has ended, or the lock was lost.
+        #[pin]
+        body: Option<F>,
+    }
+
+    impl<'a, F, T, E> PinnedDrop for Locked<'a, F, T, E> {
+        fn drop(this: Pin<&mut Self>) {
+            let mut this = this.project();
+            let held = match mem::replace(this.phase, Phase::Done) {
+                Phase::Holding(held) => {
+                    // In the lock's scope, where the body ran.
+                    ownership::within(&held, || this.body.set(None));
+                    held
+                }
+                // The release may not have reached the backend.
+                Phase::Releasing { held, .. } => held,
+                _ => return,
+            };
+            let client = this.client;
+            client.inner.registry.unregister(held.id);
+            let owned = client.clone();
+            client
+                .inner
+                .io
+                .spawn(async move { release(&owned, held).await });
+        }
+    }
+}
+
+/// Taking the lock: boxed, so that its state is not kept while the lock is
+/// held, and a trait object, since an `async fn`'s future type has no name.
+type Acquiring<'a> = Pin<Box<dyn Future<Output = Result<HeldLock, LockError>> + Send + 'a>>;
+
+/// Giving the lock back (see [`release`]).
+type Releasing<'a> = Pin<Box<dyn Future<Output = Option<Release>> + Send + 'a>>;
+
+/// Where a [`Locked`] call is.
+enum Phase<'a, T, E> {
+    /// Not polled yet: whether the lock is held around the call is known
+    /// only when it runs.
+    Start {
+        key: String,
+        options: LockOptions,
+    },
+    Acquiring(Acquiring<'a>),
+    /// The body runs under the lock that this call took.
+    Holding(Arc<HeldLock>),
+    /// The body runs under the same lock, held around this call.
+    Reentered(Arc<HeldLock>),
+    /// The body has ended with `result`; the lock is being released.
+    Releasing {
+        held: Arc<HeldLock>,
+        releasing: Releasing<'a>,
+        result: Result<T, E>,
+    },
+    Done,
+}
+
+impl<F, T, E> Future for Locked<'_, F, T, E>
+where
+    F: Future<Output = Result<T, E>>,
+    E: From<LockError>,
+{
+    type Output = Result<T, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let client = *this.client;
+        loop {
+            match this.phase {
+                Phase::Start { .. } => {
+                    let Phase::Start { key, options } = mem::replace(this.phase, Phase::Done)
+                    else {
+                        unreachable!()
+                    };
+                    match start(client, key, options) {
+                        Ok(phase) => *this.phase = phase,
+                        Err(error) => {
+                            this.body.set(None);
+                            return Poll::Ready(Err(E::from(error)));
+                        }
+                    }
+                }
+                Phase::Acquiring(acquiring) => match ready!(acquiring.as_mut().poll(cx)) {
+                    Ok(held) => {
+                        let held = Arc::new(held);
+                        client.inner.registry.register(held.clone());
+                        *this.phase = Phase::Holding(held);
+                    }
+                    Err(error) => {
+                        *this.phase = Phase::Done;
+                        this.body.set(None);
+                        return Poll::Ready(Err(E::from(error)));
+                    }
+                },
+                Phase::Reentered(held) => {
+                    // No waker to leave: the call that took the lock runs
+                    // this one inside its body, and stops it on loss.
+                    let result = ready!(watch(held, this.body.as_mut(), cx));
+                    *this.phase = Phase::Done;
+                    this.body.set(None);
+                    return Poll::Ready(result);
+                }
+                Phase::Holding(held) => {
+                    held.wake_on_loss(cx.waker());
+                    let mut body = this.body.as_mut();
+                    let result = ready!(ownership::within(held, || {
+                        let result = ready!(watch(held, body.as_mut(), cx));
+                        body.set(None);
+                        Poll::Ready(result)
+                    }));
+                    let Phase::Holding(held) = mem::replace(this.phase, Phase::Done) else {
+                        unreachable!()
+                    };
+                    client.inner.registry.unregister(held.id);
+                    if held.is_lost() {
+                        // Redis may be unreachable: do not make the caller
+                        // wait for it.
+                        return Poll::Ready(finish(&held, result, false));
+                    }
+                    *this.phase = Phase::Releasing {
+                        releasing: Box::pin(release(client, held.clone())),
+                        held,
+                        result,
+                    };
+                }
+                Phase::Releasing { releasing, .. } => {
+                    let outcome = ready!(releasing.as_mut().poll(cx));
+                    let Phase::Releasing { held, result, .. } =
+                        mem::replace(this.phase, Phase::Done)
+                    else {
+                        unreachable!()
+                    };
+                    let held_to_the_end = outcome != Some(Release::NotHeld);
+                    return Poll::Ready(finish(&held, result, held_to_the_end));
+                }
+                Phase::Done => panic!("a locked call was polled after it returned"),
+            }
+        }
+    }
+}
+
+/// The first step of a call, when it is first polled: re-enter a lock held
+/// around it, or start taking the lock.
+fn start<'a, T, E>(
+    client: &'a LockClient,
+    key: String,
+    options: LockOptions,
+) -> Result<Phase<'a, T, E>, LockError> {
     let inner = &client.inner;
     if let Some(held) = ownership::held(&inner.id, &key) {
-        return watch(&held, body).await;
+        return Ok(Phase::Reentered(held));
     }
     if key.len() == inner.prefix.len() {
-        return Err(E::from(LockError::Invalid {
+        return Err(LockError::Invalid {
             key,
             message: "the key is empty",
-        }));
+        });
     }
     let lease = options.lease_or(inner.lease);
     if lease < Duration::from_millis(1) {
-        return Err(E::from(LockError::Invalid {
+        return Err(LockError::Invalid {
             key,
             message: "the lease must be at least 1 ms",
-        }));
+        });
     }
     let wait = options.wait_or(inner.wait);
     let parent = ownership::innermost();
     let owner = match &parent {
-        Some(parent) => parent.owner.clone(),
+        Some(parent) => parent.owner,
         None => client.new_owner(),
     };
-    // Boxed: the acquire state is large, and unboxed it would stay in the
-    // call's future for as long as the lock is held.
-    let acquiring = acquire(client, key, (owner, parent), lease, wait, options.renews());
-    let held = Arc::new(Box::pin(acquiring).await?);
-    let guard = ReleaseGuard {
-        client,
-        held: held.clone(),
-        armed: true,
-    };
-    inner.registry.register(held.clone());
-    let result = ownership::enter(held.clone(), watch(&held, body)).await;
-    let held_to_the_end = guard.release().await;
+    let renew = options.renews();
+    let acquiring = acquire(client, key, (owner, parent), lease, wait, renew);
+    Ok(Phase::Acquiring(Box::pin(acquiring)))
+}
+
+/// One poll of the body, unless the lock is found lost.
+///
+/// Before every poll of the body the lock's validity is checked against the
+/// clock, so a body resumed after a pause past its lease (a stopped process,
+/// a starved runtime) is stopped before it runs on, even if the watchdog has
+/// not marked the loss yet.
+fn watch<T, E, F>(
+    held: &HeldLock,
+    body: Pin<&mut Option<F>>,
+    cx: &mut Context<'_>,
+) -> Poll<Result<T, E>>
+where
+    F: Future<Output = Result<T, E>>,
+    E: From<LockError>,
+{
+    if let Some(reason) = held.check_now() {
+        return Poll::Ready(Err(E::from(LockError::Lost {
+            key: held.key.clone(),
+            reason,
+        })));
+    }
+    let body = body
+        .as_pin_mut()
+        .expect("the body runs until the call ends");
+    body.poll(cx)
+}
+
+/// The call's result, once the lock is given back: the body's, unless the
+/// lock was not held to the end.
+fn finish<T, E: From<LockError>>(
+    held: &HeldLock,
+    result: Result<T, E>,
+    held_to_the_end: bool,
+) -> Result<T, E> {
     if held_to_the_end {
         return result;
     }
@@ -71,42 +274,10 @@ where
     match result {
         Err(lost) if held.is_lost() => Err(lost),
         _ => Err(E::from(LockError::Lost {
-            key: held.key.to_string(),
+            key: held.key.clone(),
             reason: LossReason::Taken,
         })),
     }
-}
-
-/// Polls `body` until it ends or the lock is lost, whichever comes first.
-///
-/// Before every poll of the body the lock's validity is checked against the
-/// clock, so a body resumed after a pause past its lease (a stopped process,
-/// a starved runtime) is stopped before it runs on, even if the timer that
-/// marks the loss has not fired yet.
-async fn watch<T, E, F>(held: &HeldLock, body: F) -> Result<T, E>
-where
-    F: Future<Output = Result<T, E>>,
-    E: From<LockError>,
-{
-    let lost = held.lost();
-    tokio::pin!(lost, body);
-    std::future::poll_fn(|cx| {
-        let reason = match held.check_now() {
-            Some(reason) => Some(reason),
-            None => match lost.as_mut().poll(cx) {
-                Poll::Ready(reason) => Some(reason),
-                Poll::Pending => None,
-            },
-        };
-        match reason {
-            Some(reason) => Poll::Ready(Err(E::from(LockError::Lost {
-                key: held.key.to_string(),
-                reason,
-            }))),
-            None => body.as_mut().poll(cx),
-        }
-    })
-    .await
 }
 
 /// Takes the lock, waiting up to `wait` for wake-ups from releases or for the
@@ -114,7 +285,7 @@ where
 async fn acquire(
     client: &LockClient,
     key: String,
-    (owner, parent): (Arc<str>, Option<Arc<HeldLock>>),
+    (owner, parent): (u64, Option<Arc<HeldLock>>),
     lease: Duration,
     wait: Duration,
     renew: bool,
@@ -127,7 +298,8 @@ async fn acquire(
         drift: lease.mul_f64(inner.drift_factor) + Duration::from_millis(2),
         renew,
     };
-    let held = |key: String, owner: Arc<str>, token: u64, sent: Instant| {
+    let owner_id = OwnerId::new(&inner.id, owner);
+    let held = |key: String, token: u64, sent: Instant| {
         let id = client.new_lock_id();
         let chain = (inner.id.clone(), parent);
         HeldLock::new(id, chain, (key, prefix), owner, term, token, sent)
@@ -137,8 +309,8 @@ async fn acquire(
     // Try at once, unless others here already wait for this key: then queue
     // behind them. A zero wait always tries once.
     if wait.is_zero() || !inner.waiters.is_waited(&key) {
-        match attempt(client, &key, &owner, lease).await {
-            Ok(Acquire::Acquired(token)) => return Ok(held(key, owner, token, start)),
+        match attempt(client, &key, &owner_id, lease).await {
+            Ok(Acquire::Acquired(token)) => return Ok(held(key, token, start)),
             Ok(Acquire::Held(_)) if wait.is_zero() => {
                 return Err(LockError::Timeout {
                     key,
@@ -151,9 +323,10 @@ async fn acquire(
     }
 
     // The waiting part is boxed: its state is large, and only contended calls
-    // need it, while the call's future lives as long as the lock is held.
-    let (token, sent) = Box::pin(wait_in_line(client, &key, &owner, lease, start, wait)).await?;
-    Ok(held(key, owner, token, sent))
+    // need it.
+    let waiting = wait_in_line(client, &key, &owner_id, lease, start, wait);
+    let (token, sent) = Box::pin(waiting).await?;
+    Ok(held(key, token, sent))
 }
 
 /// Waits in this client's line for `key` until the lock is taken (its token
@@ -161,7 +334,7 @@ async fn acquire(
 async fn wait_in_line(
     client: &LockClient,
     key: &str,
-    owner: &Arc<str>,
+    owner: &OwnerId,
     lease: Duration,
     start: Instant,
     wait: Duration,
@@ -217,13 +390,13 @@ async fn wait_in_line(
 async fn attempt(
     client: &LockClient,
     key: &str,
-    owner: &Arc<str>,
+    owner: &OwnerId,
     lease: Duration,
 ) -> Result<Acquire, BackendError> {
     struct InFlight<'a> {
         client: &'a LockClient,
         key: &'a str,
-        owner: &'a Arc<str>,
+        owner: &'a OwnerId,
         done: bool,
     }
     impl Drop for InFlight<'_> {
@@ -232,7 +405,7 @@ async fn attempt(
                 return;
             }
             let client = self.client.clone();
-            let (key, owner) = (self.key.to_owned(), self.owner.clone());
+            let (key, owner) = (self.key.to_owned(), *self.owner);
             self.client.inner.io.spawn(async move {
                 let _ = client.inner.backend.release(&key, &owner, 0).await;
             });
@@ -244,9 +417,7 @@ async fn attempt(
         owner,
         done: false,
     };
-    // Boxed: the request's state is large and short-lived; unboxed it would
-    // stay in the call's future for as long as the lock is held.
-    let outcome = Box::pin(client.inner.backend.acquire(key, owner, lease)).await;
+    let outcome = client.inner.backend.acquire(key, owner, lease).await;
     in_flight.done = true;
     outcome
 }
@@ -260,43 +431,6 @@ async fn subscribe(client: &LockClient, key: &str) -> Result<(), BackendError> {
         subscribed.insert(key.into());
     }
     Ok(())
-}
-
-/// Releases the lock: awaited when the body ends, in the background when the
-/// call is dropped (cancelled, panicked) or the lock is known lost.
-struct ReleaseGuard<'a> {
-    client: &'a LockClient,
-    held: Arc<HeldLock>,
-    armed: bool,
-}
-
-impl ReleaseGuard<'_> {
-    /// Releases now; false when the release found the lock not held.
-    async fn release(mut self) -> bool {
-        self.client.inner.registry.unregister(self.held.id);
-        if self.held.is_lost() {
-            // Redis may be unreachable: do not make the caller wait for it.
-            return false;
-        }
-        let outcome = release(self.client, &self.held).await;
-        self.armed = false;
-        outcome != Some(Release::NotHeld)
-    }
-}
-
-impl Drop for ReleaseGuard<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        self.client.inner.registry.unregister(self.held.id);
-        let client = self.client.clone();
-        let held = self.held.clone();
-        self.client
-            .inner
-            .io
-            .spawn(async move { release(&client, &held).await });
-    }
 }
 
 /// The error for a backend failure on `key`.
@@ -319,13 +453,13 @@ fn backend_error(key: &str, error: BackendError) -> LockError {
     }
 }
 
-/// Gives the hold back; `None` when the backend failed (the lock then
-/// expires with its lease).
-async fn release(client: &LockClient, held: &HeldLock) -> Option<Release> {
+/// Gives the hold back: awaited when the body ends, in the background when
+/// the call is dropped (cancelled, or the body panicked). `None` when the
+/// backend failed (the lock then expires with its lease).
+async fn release(client: &LockClient, held: Arc<HeldLock>) -> Option<Release> {
     let inner = &client.inner;
-    let releasing = inner.backend.release(&held.key, &held.owner, held.token);
-    // Boxed for the same reason as the acquire request.
-    match Box::pin(releasing).await {
+    let owner = held.owner_id();
+    match inner.backend.release(&held.key, &owner, held.token).await {
         Ok(outcome) => {
             // Not held any more (it was lost): the waiters here have no
             // release to wait for, so they should try too.

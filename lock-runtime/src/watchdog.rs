@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::backend::{Backend, RenewItem};
 use crate::held::HeldLock;
+use crate::ownership::OwnerId;
 use crate::LossReason;
 
 /// The most locks renewed by one script call.
@@ -139,12 +140,14 @@ pub(crate) async fn run(registry: Arc<Registry>, backend: Backend) {
 
 async fn renew(registry: &Registry, backend: &Backend, due: &[Arc<HeldLock>]) {
     for batch in due.chunks(BATCH) {
+        let owners: Vec<OwnerId> = batch.iter().map(|h| h.owner_id()).collect();
         let items: Vec<RenewItem<'_>> = batch
             .iter()
-            .map(|h| RenewItem {
+            .zip(&owners)
+            .map(|(h, owner)| RenewItem {
                 key: &h.key,
-                owner: &h.owner,
-                lease: h.lease,
+                owner,
+                lease: h.lease(),
             })
             .collect();
         let sent = Instant::now();

@@ -560,51 +560,64 @@ async fn join_holders(
 
 /// (e) Many locks held at once, with renewal: what they cost the client in
 /// memory and Redis in renewal calls, and whether any expired.
+///
+/// Each contender's tasks are made by a closure of their own, so that a
+/// task's future is sized by that contender's call alone.
 pub async fn held(bench: &Bench, who: Who, cfg: &Config) -> Res<Held> {
-    bench.fresh().await?;
-    let n = cfg.e_locks;
     let lease = Duration::from_secs(3);
-
-    let lockers = bench.lockers.clone();
-    let hold = move |i: usize, body: Body| {
-        let lockers = lockers.clone();
-        async move {
-            let key = Key::new(who, &format!("e:{i}"));
-            match who {
-                Who::Library => library_held(&key.short, body)
-                    .await
-                    .map_err(|e| e.to_string()),
-                Who::Rslock => {
-                    let held = lockers
-                        .rslock
-                        .using(key.full.as_bytes(), lease, async || body.await);
+    // The control task's future, as `held_by` makes it.
+    let control = {
+        let body: Body = Box::pin(async {});
+        std::mem::size_of_val(&async move {
+            body.await;
+            Ok::<(), String>(())
+        })
+    };
+    match who {
+        Who::Library => {
+            let size = std::mem::size_of_val(&library_held("k", Box::pin(async {})));
+            let hold = move |i: usize, body: Body| async move {
+                let key = Key::new(who, &format!("e:{i}")).short;
+                library_held(&key, body).await.map_err(|e| e.to_string())
+            };
+            held_by(bench, who, cfg, size.saturating_sub(control), hold).await
+        }
+        Who::Rslock => {
+            let rslock = bench.lockers.rslock.clone();
+            let size = std::mem::size_of_val(&rslock.using(b"k", lease, async || {}));
+            let hold = move |i: usize, body: Body| {
+                let rslock = rslock.clone();
+                async move {
+                    let key = Key::new(who, &format!("e:{i}")).full;
+                    let held = rslock.using(key.as_bytes(), lease, async || body.await);
                     match timeout(Duration::from_secs(60), held).await {
                         Ok(Ok(())) => Ok(()),
                         Ok(Err(e)) => Err(e.to_string()),
                         Err(_) => Err("rslock: not taken within 60 s".into()),
                     }
                 }
-                _ => Err(format!("{who} has no renewal")),
-            }
+            };
+            held_by(bench, who, cfg, size.saturating_sub(control), hold).await
         }
-    };
+        _ => Err(format!("{who} has no renewal")),
+    }
+}
 
-    let future_bytes = {
-        let body: Body = Box::pin(async {});
-        let size = match who {
-            Who::Library => std::mem::size_of_val(&library_held("k", body)),
-            _ => {
-                std::mem::size_of_val(&bench.lockers.rslock.using(b"k", lease, async || body.await))
-            }
-        };
-        let control: Body = Box::pin(async {});
-        // The control task's future, as `spawn_holders` below makes it.
-        let control = async move {
-            control.await;
-            Ok::<(), String>(())
-        };
-        size.saturating_sub(std::mem::size_of_val(&control))
-    };
+/// (e) for one contender, whose call holding a lock around `body` is
+/// `hold(i, body)`; its future is `future_bytes` larger than the control's.
+async fn held_by<F, Fut>(
+    bench: &Bench,
+    who: Who,
+    cfg: &Config,
+    future_bytes: usize,
+    hold: F,
+) -> Res<Held>
+where
+    F: Fn(usize, Body) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+{
+    bench.fresh().await?;
+    let n = cfg.e_locks;
     let allocs_before = alloc::allocations();
     // A first round takes and frees all the locks, so that buffers and
     // tables that a burst of n calls grows (and keeps) are in the baseline,

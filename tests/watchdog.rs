@@ -98,3 +98,27 @@ async fn renewals_of_many_locks_are_batched() {
     println!("{calls} renewal calls for 100 locks over 4 leases");
     assert!(calls < 100, "{calls} calls: not batched");
 }
+
+/// `renewal_batch_size(1)`: each lock is renewed by a call of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_renewal_batch_size_bounds_each_call() {
+    let builder = LockClient::builder()
+        .default_lease(Duration::from_millis(600))
+        .renewal_batch_size(1);
+    let env = Env::with(support::Kind::Redis, builder).await;
+    let server = env.server.as_ref().expect("redis");
+    let mut holders = Vec::new();
+    for i in 0..20 {
+        let key = format!("single:{i}");
+        holders.push(support::Holder::start(&env.client, &key, LockOptions::new()).await);
+    }
+    server.reset_stats();
+    // Four leases: to stay held, every lock needs at least 3 renewals.
+    tokio::time::sleep(Duration::from_millis(2400)).await;
+    let calls = server.command_calls("evalsha");
+    for holder in holders {
+        holder.release().await.expect("held throughout");
+    }
+    println!("{calls} renewal calls for 20 locks over 4 leases");
+    assert!(calls >= 20 * 3, "{calls} calls: batched above 1");
+}

@@ -74,6 +74,7 @@ pub struct LockClientBuilder {
     command_timeout: Duration,
     node_timeout: Duration,
     drift_factor: f64,
+    renewal_batch: usize,
     on_current_runtime: bool,
 }
 
@@ -87,6 +88,7 @@ impl Default for LockClientBuilder {
             command_timeout: Duration::from_secs(2),
             node_timeout: Duration::from_millis(100),
             drift_factor: 0.01,
+            renewal_batch: 512,
             on_current_runtime: false,
         }
     }
@@ -137,6 +139,20 @@ impl LockClientBuilder {
     /// `t` is trusted until `t + lease - (lease x factor + 2 ms)`.
     pub fn clock_drift_factor(mut self, factor: f64) -> Self {
         self.drift_factor = factor;
+        self
+    }
+
+    /// The most locks that the watchdog renews with one script call
+    /// (default 512; at least 1).
+    ///
+    /// The watchdog renews the locks that fall due together in one call,
+    /// which blocks Redis for every other client while it runs: about 1 ms
+    /// per 512 locks (some 1.7 µs per lock on redis-server 7.0). A client
+    /// holding more locks than this at once sends one more call per period
+    /// for each further batch. Raise it to send one call per period however
+    /// many locks are held, if Redis can afford the longer pause.
+    pub fn renewal_batch_size(mut self, locks: usize) -> Self {
+        self.renewal_batch = locks.max(1);
         self
     }
 
@@ -299,7 +315,8 @@ impl LockClientBuilder {
 
     fn finish(self, id: Arc<str>, backend: Backend, waiters: Arc<Waiters>, io: Io) -> LockClient {
         let registry = Registry::new();
-        io.spawn_until_closed(watchdog::run(registry.clone(), backend.clone()));
+        let watchdog = watchdog::run(registry.clone(), backend.clone(), self.renewal_batch);
+        io.spawn_until_closed(watchdog);
         let inner = Arc::new(Inner {
             id,
             owners: AtomicU64::new(0),

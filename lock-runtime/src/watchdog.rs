@@ -3,10 +3,10 @@
 //! per lock).
 //!
 //! Locks that fall due close together (within a quarter of their renewal
-//! interval) are renewed together by one script call, so a client holding
+//! interval) are renewed together by script calls of at most
+//! `renewal_batch_size` locks each (512 by default), so a client holding
 //! many locks with the same lease sends a few commands per period, not one
-//! per lock. A renewal that finds a lock gone or
-//! taken marks it lost at once; a renewal that fails (Redis down or slow) is
+//! per lock. A renewal that finds a lock gone or taken marks it lost at once; a renewal that fails (Redis down or slow) is
 //! retried until the lock's validity runs out, which the body's watcher
 //! reports as lost.
 
@@ -22,9 +22,6 @@ use crate::backend::{Backend, RenewItem};
 use crate::held::HeldLock;
 use crate::ownership::OwnerId;
 use crate::LossReason;
-
-/// The most locks renewed by one script call.
-const BATCH: usize = 512;
 
 /// The locks that the watchdog renews.
 pub(crate) struct Registry {
@@ -116,12 +113,15 @@ fn next_event(held: &HeldLock) -> Option<Instant> {
 }
 
 /// Runs until the client's background runtime stops.
-pub(crate) async fn run(registry: Arc<Registry>, backend: Backend) {
+///
+/// A renewal call renews at most `batch` locks
+/// ([`LockClientBuilder::renewal_batch_size`](crate::LockClientBuilder::renewal_batch_size)).
+pub(crate) async fn run(registry: Arc<Registry>, backend: Backend, batch: usize) {
     loop {
         let now = Instant::now();
         let (due, next) = registry.due(now);
         if !due.is_empty() {
-            renew(&registry, &backend, &due).await;
+            renew(&registry, &backend, &due, batch).await;
             continue;
         }
         let wake = next.unwrap_or(now + Duration::from_secs(3600));
@@ -138,8 +138,8 @@ pub(crate) async fn run(registry: Arc<Registry>, backend: Backend) {
     }
 }
 
-async fn renew(registry: &Registry, backend: &Backend, due: &[Arc<HeldLock>]) {
-    for batch in due.chunks(BATCH) {
+async fn renew(registry: &Registry, backend: &Backend, due: &[Arc<HeldLock>], batch_size: usize) {
+    for batch in due.chunks(batch_size) {
         let owners: Vec<OwnerId> = batch.iter().map(|h| h.owner_id()).collect();
         let items: Vec<RenewItem<'_>> = batch
             .iter()

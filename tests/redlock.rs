@@ -250,3 +250,36 @@ async fn a_release_wakes_a_waiter_on_another_client() {
         "woken, not left to the 30 s lease: {hand_off:?}"
     );
 }
+
+/// A node that was down when the client connected is connected on first
+/// use. That connection belongs to the client, not to the runtime of the
+/// call that happened to make it: it keeps working after that runtime ends.
+#[test]
+fn a_node_connected_late_outlives_the_runtime_that_first_used_it() {
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    };
+    let mut cluster = Cluster {
+        nodes: (0..3).map(|_| RedisServer::start()).collect(),
+    };
+    cluster.nodes[2].stop();
+    let first = runtime();
+    let client = first.block_on(cluster.client(LockClient::builder()));
+    cluster.nodes[2].restart();
+    // The first call after the restart makes the node's connection.
+    first
+        .block_on(once(&client, "late", Duration::ZERO))
+        .expect("3 of 3 nodes up");
+    assert_eq!(cluster.nodes[2].owners("lock:late").len(), 0);
+    drop(first);
+
+    // Node 2 is now needed for a quorum.
+    cluster.nodes[0].stop();
+    let second = runtime();
+    second
+        .block_on(once(&client, "late", Duration::ZERO))
+        .expect("nodes 1 and 2 grant it from another runtime");
+}

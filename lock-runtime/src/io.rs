@@ -10,7 +10,10 @@
 
 use std::future::Future;
 use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
+use pin_project_lite::pin_project;
 use tokio::runtime::Handle;
 use tokio::sync::{oneshot, watch};
 
@@ -64,6 +67,20 @@ impl Io {
         self.handle.spawn(task)
     }
 
+    /// `request` (a backend call made from the caller's task), polled with
+    /// the background runtime as the current one.
+    ///
+    /// A request can start tasks: a connection made on first use, or remade
+    /// after an error, spawns its driver. Those must run on the background
+    /// runtime, which lives as long as the client, and not on the caller's
+    /// runtime, which may end first (each `#[tokio::test]` has its own).
+    pub(crate) fn enter<F: Future>(&self, request: F) -> Entered<'_, F> {
+        Entered {
+            handle: &self.handle,
+            request,
+        }
+    }
+
     /// Runs the endless `task` on the background runtime until the client
     /// is dropped.
     pub(crate) fn spawn_until_closed<F>(&self, task: F)
@@ -77,5 +94,24 @@ impl Io {
                 _ = closed.changed() => {}
             }
         });
+    }
+}
+
+pin_project! {
+    /// See [`Io::enter`].
+    pub(crate) struct Entered<'a, F> {
+        handle: &'a Handle,
+        #[pin]
+        request: F,
+    }
+}
+
+impl<F: Future> Future for Entered<'_, F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let _background = this.handle.enter();
+        this.request.poll(cx)
     }
 }

@@ -417,7 +417,11 @@ async fn attempt(
         owner,
         done: false,
     };
-    let outcome = client.inner.backend.acquire(key, owner, lease).await;
+    let inner = &client.inner;
+    let outcome = inner
+        .io
+        .enter(inner.backend.acquire(key, owner, lease))
+        .await;
     in_flight.done = true;
     outcome
 }
@@ -427,7 +431,7 @@ async fn subscribe(client: &LockClient, key: &str) -> Result<(), BackendError> {
     let inner = &client.inner;
     let mut subscribed = inner.subscribed.lock().await;
     if !subscribed.contains(key) {
-        inner.backend.watch_releases(key).await?;
+        inner.io.enter(inner.backend.watch_releases(key)).await?;
         subscribed.insert(key.into());
     }
     Ok(())
@@ -459,7 +463,8 @@ fn backend_error(key: &str, error: BackendError) -> LockError {
 async fn release(client: &LockClient, held: Arc<HeldLock>) -> Option<Release> {
     let inner = &client.inner;
     let owner = held.owner_id();
-    match inner.backend.release(&held.key, &owner, held.token).await {
+    let releasing = inner.backend.release(&held.key, &owner, held.token);
+    match inner.io.enter(releasing).await {
         Ok(outcome) => {
             // Not held any more (it was lost): the waiters here have no
             // release to wait for, so they should try too.

@@ -98,3 +98,34 @@ async fn dropping_a_call_whose_acquire_is_in_flight_frees_the_lock() {
     assert!(acquired, "both scripts ran after the thaw");
     freed_within(&env, "lock:in-flight", Duration::from_secs(2)).await;
 }
+
+on_both_backends! {
+    /// A cancelled body is dropped inside its lock's scope, so what it
+    /// drops can still read the lock's fencing token.
+    async fn a_cancelled_body_is_dropped_under_its_lock(env: Env) {
+        /// Records the fencing token visible when it is dropped.
+        struct SeesToken(std::sync::mpsc::Sender<Option<u64>>);
+        impl Drop for SeesToken {
+            fn drop(&mut self) {
+                let _ = self.0.send(lock_runtime::fencing_token());
+            }
+        }
+        let (seen_tx, seen_rx) = std::sync::mpsc::channel();
+        let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+        let mut call = Box::pin(env.client.run_locked("scoped-drop", LockOptions::new(), async move {
+            let _guard = SeesToken(seen_tx);
+            held_tx.send(lock_runtime::fencing_token()).expect("test alive");
+            std::future::pending::<()>().await;
+            Ok::<_, LockError>(())
+        }));
+        let token = tokio::select! {
+            _ = &mut call => panic!("the body never ends"),
+            token = held_rx => token.expect("held"),
+        };
+        // Cancelled while the body holds the lock.
+        drop(call);
+        assert!(token.is_some());
+        let dropped = seen_rx.try_recv().expect("the body was dropped");
+        assert_eq!(dropped, token, "dropped inside the lock's scope");
+    }
+}

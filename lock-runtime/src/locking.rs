@@ -65,7 +65,7 @@ pin_project! {
             let held = match mem::replace(this.phase, Phase::Done) {
                 Phase::Holding(held) => {
                     // In the lock's scope, where the body ran.
-                    ownership::within(&held, || this.body.set(None));
+                    ownership::drop_within(&held, || this.body.set(None));
                     held
                 }
                 // The release may not have reached the backend.

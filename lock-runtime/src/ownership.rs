@@ -8,8 +8,11 @@
 //! joined next to the body, sees no chain and is a different owner.
 
 use std::fmt::{self, Write as _};
+use std::future::Future;
 use std::ops::Deref;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use crate::held::HeldLock;
 
@@ -55,6 +58,35 @@ pub(crate) fn innermost() -> Option<Arc<HeldLock>> {
 /// Runs `f` (one poll of a locked body) with `held` as the innermost lock.
 pub(crate) fn within<R>(held: &Arc<HeldLock>, f: impl FnOnce() -> R) -> R {
     CURRENT.sync_scope(held.clone(), f)
+}
+
+/// Runs `f` (dropping a locked body) with `held` as the innermost lock, as
+/// its polls ran, when the task-local can still be set; without it when the
+/// thread's locals are being destroyed (a runtime dropped at thread exit),
+/// where [`within`] would panic inside a destructor.
+pub(crate) fn drop_within(held: &Arc<HeldLock>, f: impl FnOnce()) {
+    /// Runs its closure when dropped; never polled.
+    struct OnDrop<F: FnOnce()>(Option<F>);
+
+    impl<F: FnOnce()> Future for OnDrop<F> {
+        type Output = ();
+
+        fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
+            Poll::Ready(())
+        }
+    }
+
+    impl<F: FnOnce()> Drop for OnDrop<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+
+    // tokio's scope drops an unfinished future inside the scope when it can,
+    // and outside it, without panicking, when it cannot.
+    drop(CURRENT.scope(held.clone(), OnDrop(Some(f))));
 }
 
 /// An owner id as the backend knows it: `<client id>:<n>`, where `n`

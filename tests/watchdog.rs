@@ -73,52 +73,39 @@ on_both_backends! {
     }
 }
 
-/// 100 held locks cost a few renewal calls per period, not 100.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn renewals_of_many_locks_are_batched() {
-    let env = Env::with(
-        support::Kind::Redis,
-        LockClient::builder().default_lease(Duration::from_millis(600)),
-    )
-    .await;
+/// Holds `locks` locks with a 600 ms lease for four leases on a client built
+/// from `builder`: the renewal calls Redis saw meanwhile.
+async fn renewal_calls(builder: lock_runtime::LockClientBuilder, locks: usize) -> u64 {
+    let builder = builder.default_lease(Duration::from_millis(600));
+    let env = Env::with(support::Kind::Redis, builder).await;
     let server = env.server.as_ref().expect("redis");
     let mut holders = Vec::new();
-    for i in 0..100 {
+    for i in 0..locks {
         let key = format!("many:{i}");
         holders.push(support::Holder::start(&env.client, &key, LockOptions::new()).await);
     }
     server.reset_stats();
-    // Four leases: every lock renewed about 12 times.
+    // Four leases: every lock renewed about 12 times, at least 3 to stay held.
     tokio::time::sleep(Duration::from_millis(2400)).await;
     let calls = server.command_calls("evalsha");
-    assert_eq!(env.client.renewing(), 100);
+    assert_eq!(env.client.renewing(), locks);
     for holder in holders {
         holder.release().await.expect("held throughout");
     }
-    println!("{calls} renewal calls for 100 locks over 4 leases");
+    println!("{calls} renewal calls for {locks} locks over 4 leases");
+    calls
+}
+
+/// 100 held locks cost a few renewal calls per period, not 100.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_of_many_locks_are_batched() {
+    let calls = renewal_calls(LockClient::builder(), 100).await;
     assert!(calls < 100, "{calls} calls: not batched");
 }
 
 /// `renewal_batch_size(1)`: each lock is renewed by a call of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_renewal_batch_size_bounds_each_call() {
-    let builder = LockClient::builder()
-        .default_lease(Duration::from_millis(600))
-        .renewal_batch_size(1);
-    let env = Env::with(support::Kind::Redis, builder).await;
-    let server = env.server.as_ref().expect("redis");
-    let mut holders = Vec::new();
-    for i in 0..20 {
-        let key = format!("single:{i}");
-        holders.push(support::Holder::start(&env.client, &key, LockOptions::new()).await);
-    }
-    server.reset_stats();
-    // Four leases: to stay held, every lock needs at least 3 renewals.
-    tokio::time::sleep(Duration::from_millis(2400)).await;
-    let calls = server.command_calls("evalsha");
-    for holder in holders {
-        holder.release().await.expect("held throughout");
-    }
-    println!("{calls} renewal calls for 20 locks over 4 leases");
+    let calls = renewal_calls(LockClient::builder().renewal_batch_size(1), 20).await;
     assert!(calls >= 20 * 3, "{calls} calls: batched above 1");
 }

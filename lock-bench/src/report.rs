@@ -391,16 +391,17 @@ pub fn render(cfg: &Config, runs: &Runs) -> String {
             "### (e) {n} locks held at once by {n} tasks, 3 s lease, renewal on; {:.1} s window\n",
             secs(cfg.e_hold)
         );
-        let _ = writeln!(o, "| contender | time to take all | client memory per held lock | of which the call's future (in its task) | renewal calls per second | expired (worst run) |");
-        let _ = writeln!(o, "|---|---|---|---|---|---|");
+        let _ = writeln!(o, "| contender | time to take all | client memory per held lock | of which the call's future (in its task) | renewal calls per second | Redis time per renewal call | expired (worst run) |");
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|");
         for who in [Who::Library, Who::Rslock] {
             let _ = writeln!(
                 o,
-                "| {who} | {:.2} s | {:.0} B | {:.0} B | {:.1} | {:.0} |",
+                "| {who} | {:.2} s | {:.0} B | {:.0} B | {:.1} | {:.0} µs | {:.0} |",
                 med(e, who, |r| secs(r.acquire_time)),
                 med(e, who, |r| r.bytes_per_lock),
                 med(e, who, |r| r.future_bytes as f64),
                 med(e, who, |r| r.renewals_per_sec),
+                med(e, who, |r| r.renewal_call_usec),
                 worst(e, who, |r| r.expired as f64),
             );
         }

@@ -123,6 +123,14 @@ impl Commands {
         self.get("evalsha") + self.get("eval") + self.get("script|load")
     }
 
+    /// Server time (µs) inside the script calls, what they call included.
+    pub fn script_usec(&self) -> u64 {
+        ["evalsha", "eval"]
+            .iter()
+            .map(|name| self.1.get(*name).copied().unwrap_or(0))
+            .sum()
+    }
+
     /// "evalsha 2.00" for each command sent by clients, per `per` operations.
     pub fn per_op(&self, per: u64) -> String {
         let per = per.max(1) as f64;

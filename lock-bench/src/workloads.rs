@@ -494,6 +494,8 @@ pub struct Held {
     /// Renewal script calls per second of the hold window (the library's
     /// renewal period is a third of the 3 s lease: 1 s).
     pub renewals_per_sec: f64,
+    /// Redis time (µs) per renewal call: how long each one blocks Redis.
+    pub renewal_call_usec: f64,
     /// Locks whose key was gone at the end of the hold, or whose call
     /// returned an error.
     pub expired: u64,
@@ -679,6 +681,7 @@ where
         bytes_per_lock: (with_locks - control) as f64 / n as f64,
         future_bytes,
         renewals_per_sec: renewal_calls as f64 / window.as_secs_f64(),
+        renewal_call_usec: commands.script_usec() as f64 / renewal_calls.max(1) as f64,
         expired: (n as u64).saturating_sub(present).max(failed),
         renewing,
     })

@@ -165,3 +165,37 @@ on_both_backends! {
         assert_eq!(sections[..2], ["greedy", "waiter"], "{sections:?}");
     }
 }
+
+on_both_backends! {
+    /// `Duration::MAX` as lease and wait: held and waited for without end,
+    /// and no deadline overflows the clock.
+    async fn the_longest_lease_and_wait_are_accepted(env: Env) {
+        let longest = LockOptions::new().lease(Duration::MAX).wait(Duration::MAX);
+        let holder = Holder::start(&env.client, "longest", longest).await;
+        let other = env.other_client().await;
+        let waiter = tokio::spawn(async move {
+            other
+                .run_locked("longest", longest, async { Ok::<_, LockError>(()) })
+                .await
+        });
+        // Let the waiter fail once and wait: on Redis, until its failed try
+        // has marked the lock.
+        match &env.server {
+            Some(server) => {
+                let marked = support::eventually(Duration::from_secs(10), || {
+                    let waited: Option<String> = redis::cmd("HGET")
+                        .arg("lock:longest")
+                        .arg("waited")
+                        .query(&mut server.connection())
+                        .expect("HGET");
+                    waited.is_some()
+                })
+                .await;
+                assert!(marked, "the waiter tried and waits");
+            }
+            None => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+        holder.release().await.expect("holder");
+        waiter.await.expect("waiter").expect("taken after the release");
+    }
+}

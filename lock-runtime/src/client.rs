@@ -136,9 +136,13 @@ impl LockClientBuilder {
 
     /// The share of a lease kept off the lock's validity for clock drift
     /// between this process and the servers (default 0.01): a lock taken at
-    /// `t` is trusted until `t + lease - (lease x factor + 2 ms)`.
+    /// `t` is trusted until `t + lease - (lease x factor + 2 ms)`. Taken
+    /// between 0 and 0.5 (above that, most of every lease would be margin);
+    /// a factor that is not a number keeps the default.
     pub fn clock_drift_factor(mut self, factor: f64) -> Self {
-        self.drift_factor = factor;
+        if !factor.is_nan() {
+            self.drift_factor = factor.clamp(0.0, 0.5);
+        }
         self
     }
 

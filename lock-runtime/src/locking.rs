@@ -213,14 +213,14 @@ fn start<'a, T, E>(
             message: "the key is empty",
         });
     }
-    let lease = options.lease_or(inner.lease);
+    let lease = options.lease_or(inner.lease).min(LockOptions::LONGEST);
     if lease < Duration::from_millis(1) {
         return Err(LockError::Invalid {
             key,
             message: "the lease must be at least 1 ms",
         });
     }
-    let wait = options.wait_or(inner.wait);
+    let wait = options.wait_or(inner.wait).min(LockOptions::LONGEST);
     let parent = ownership::innermost();
     let owner = match &parent {
         Some(parent) => parent.owner,
@@ -363,7 +363,10 @@ async fn wait_in_line(
                 }
                 Ok(Acquire::Held(ttl)) => {
                     let ttl = ttl.unwrap_or(NO_TTL_RETRY).max(Duration::from_millis(1));
-                    retry_at = (Instant::now() + ttl).min(deadline);
+                    // A TTL set by hand may be beyond any deadline.
+                    retry_at = Instant::now()
+                        .checked_add(ttl)
+                        .map_or(deadline, |at| at.min(deadline));
                 }
                 Err(source) => return Err(failed(source)),
             }

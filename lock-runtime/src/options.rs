@@ -23,6 +23,10 @@ pub struct LockOptions {
 }
 
 impl LockOptions {
+    /// The longest lease or wait that counts: 100 years. Longer ones are
+    /// taken as this, so that no deadline overflows the clock.
+    pub const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
     /// Client defaults for lease and wait, renewal on.
     pub const fn new() -> Self {
         LockOptions {
@@ -32,13 +36,16 @@ impl LockOptions {
         }
     }
 
-    /// How long the lock lives in Redis without a renewal.
+    /// How long the lock lives in Redis without a renewal (at most
+    /// [`LockOptions::LONGEST`]; a longer lease is taken as that).
     pub const fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
         self
     }
 
     /// How long to wait for a lock held by another owner; zero tries once.
+    /// `Duration::MAX` (or anything above [`LockOptions::LONGEST`]) waits
+    /// without end.
     pub const fn wait(mut self, wait: Duration) -> Self {
         self.wait = Some(wait);
         self

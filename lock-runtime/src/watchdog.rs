@@ -6,8 +6,9 @@
 //! interval) are renewed together by script calls of at most
 //! `renewal_batch_size` locks each (512 by default), so a client holding
 //! many locks with the same lease sends a few commands per period, not one
-//! per lock. A renewal that finds a lock gone or taken marks it lost at once; a renewal that fails (Redis down or slow) is
-//! retried until the lock's validity runs out, which the body's watcher
+//! per lock. A renewal that finds a lock gone or taken marks it lost at
+//! once; a renewal that fails (Redis down or slow) is retried until the
+//! lock's validity runs out, which the body's watcher
 //! reports as lost.
 
 use std::collections::HashMap;

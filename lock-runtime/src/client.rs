@@ -253,13 +253,16 @@ impl LockClientBuilder {
             retries: 0,
         };
         let (node_timeout, drift_factor) = (self.node_timeout, self.drift_factor);
+        // Eager connections; connections of the callers' runtimes unless the
+        // client already runs on the caller's runtime.
+        let modes = (false, !self.on_current_runtime);
         let client_id = id.clone();
         let connecting = io.spawn(async move {
             let connecting = async {
                 match target {
                     Target::One(url) => {
                         let backend =
-                            RedisBackend::connect(&url, &config, client_id, on_push, false).await?;
+                            RedisBackend::connect(&url, &config, client_id, on_push, modes).await?;
                         Ok(Backend::Redis(backend))
                     }
                     Target::Quorum(urls) => {
@@ -267,9 +270,14 @@ impl LockClientBuilder {
                         for url in urls {
                             let id = client_id.clone();
                             let on_push = on_push.clone();
-                            let backend =
-                                RedisBackend::connect(&url, &node_config, id, on_push, true)
-                                    .await?;
+                            let backend = RedisBackend::connect(
+                                &url,
+                                &node_config,
+                                id,
+                                on_push,
+                                (true, false),
+                            )
+                            .await?;
                             let name = node_name(&url);
                             nodes.push(Node { name, backend });
                         }

@@ -67,20 +67,6 @@ impl Io {
         self.handle.spawn(task)
     }
 
-    /// `request` (a backend call made from the caller's task), polled with
-    /// the background runtime as the current one.
-    ///
-    /// A request can start tasks: a connection made on first use, or remade
-    /// after an error, spawns its driver. Those must run on the background
-    /// runtime, which lives as long as the client, and not on the caller's
-    /// runtime, which may end first (each `#[tokio::test]` has its own).
-    pub(crate) fn enter<F: Future>(&self, request: F) -> Entered<'_, F> {
-        Entered {
-            handle: &self.handle,
-            request,
-        }
-    }
-
     /// Runs the endless `task` on the background runtime until the client
     /// is dropped.
     pub(crate) fn spawn_until_closed<F>(&self, task: F)
@@ -97,8 +83,22 @@ impl Io {
     }
 }
 
+/// `request`, polled with `runtime` as the current runtime.
+///
+/// A request can start tasks: a connection made on first use, or remade
+/// after an error, spawns its driver on the current runtime. For the
+/// client's connections that must be the client's runtime, which lives as
+/// long as the client, and not the caller's, which may end first (each
+/// `#[tokio::test]` has its own).
+pub(crate) fn polled_on<F: Future>(runtime: &Handle, request: F) -> Entered<'_, F> {
+    Entered {
+        handle: runtime,
+        request,
+    }
+}
+
 pin_project! {
-    /// See [`Io::enter`].
+    /// See [`polled_on`].
     pub(crate) struct Entered<'a, F> {
         handle: &'a Handle,
         #[pin]

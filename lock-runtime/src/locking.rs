@@ -11,7 +11,7 @@ use std::time::Duration;
 use pin_project_lite::pin_project;
 use tokio::time::Instant;
 
-use crate::backend::{Acquire, BackendError, Release};
+use crate::backend::{Acquire, BackendError, Release, Route};
 use crate::held::{HeldLock, Term};
 use crate::ownership::{self, OwnerId};
 use crate::{LockClient, LockError, LockOptions, LossReason};
@@ -388,8 +388,8 @@ async fn wait_in_line(
 
 /// One acquire request. If the call is dropped while the request is in
 /// flight, the request may still take the lock in the backend: a release of
-/// this owner's hold follows it on the same connection, so the lock is not
-/// left to its lease.
+/// this owner's hold follows it on the same connection (the same route), so
+/// the lock is not left to its lease.
 async fn attempt(
     client: &LockClient,
     key: &str,
@@ -398,6 +398,7 @@ async fn attempt(
 ) -> Result<Acquire, BackendError> {
     struct InFlight<'a> {
         client: &'a LockClient,
+        route: &'a Route,
         key: &'a str,
         owner: &'a OwnerId,
         done: bool,
@@ -408,22 +409,24 @@ async fn attempt(
                 return;
             }
             let client = self.client.clone();
-            let (key, owner) = (self.key.to_owned(), *self.owner);
+            let (route, key, owner) = (self.route.clone(), self.key.to_owned(), *self.owner);
             self.client.inner.io.spawn(async move {
-                let _ = client.inner.backend.release(&key, &owner, 0).await;
+                let _ = client.inner.backend.release(&route, &key, &owner, 0).await;
             });
         }
     }
+    let route = client.inner.backend.route();
     let mut in_flight = InFlight {
         client,
+        route: &route,
         key,
         owner,
         done: false,
     };
-    let inner = &client.inner;
-    let outcome = inner
-        .io
-        .enter(inner.backend.acquire(key, owner, lease))
+    let outcome = client
+        .inner
+        .backend
+        .acquire(&route, key, owner, lease)
         .await;
     in_flight.done = true;
     outcome
@@ -434,7 +437,7 @@ async fn subscribe(client: &LockClient, key: &str) -> Result<(), BackendError> {
     let inner = &client.inner;
     let mut subscribed = inner.subscribed.lock().await;
     if !subscribed.contains(key) {
-        inner.io.enter(inner.backend.watch_releases(key)).await?;
+        inner.backend.watch_releases(key).await?;
         subscribed.insert(key.into());
     }
     Ok(())
@@ -466,8 +469,14 @@ fn backend_error(key: &str, error: BackendError) -> LockError {
 async fn release(client: &LockClient, held: Arc<HeldLock>) -> Option<Release> {
     let inner = &client.inner;
     let owner = held.owner_id();
-    let releasing = inner.backend.release(&held.key, &owner, held.token);
-    match inner.io.enter(releasing).await {
+    // Polled in the caller's task, the caller's runtime's connection if it
+    // has one; polled by the client's runtime (a dropped call), the client's.
+    let route = inner.backend.route();
+    match inner
+        .backend
+        .release(&route, &held.key, &owner, held.token)
+        .await
+    {
         Ok(outcome) => {
             // Not held any more (it was lost): the waiters here have no
             // release to wait for, so they should try too.

@@ -159,6 +159,18 @@ impl RedisServer {
             .unwrap_or(0)
     }
 
+    /// How many client connections the server has, this one included.
+    pub fn connected_clients(&self) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("clients")
+            .query(&mut self.connection())
+            .expect("INFO clients");
+        info.lines()
+            .find_map(|line| line.strip_prefix("connected_clients:"))
+            .and_then(|n| n.trim().parse().ok())
+            .expect("connected_clients in INFO clients")
+    }
+
     /// Resets INFO commandstats.
     pub fn reset_stats(&self) {
         let _: () = redis::cmd("CONFIG")

@@ -5,13 +5,16 @@
 //! take (or re-enter) a lock, give one hold back, and reset the leases of a
 //! batch of held locks.
 
+pub(crate) mod local;
 pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 
 use std::time::Duration;
 
+use ::redis::aio::MultiplexedConnection;
 use ::redis::RedisError;
+use tokio::runtime;
 
 use crate::error::NodeFailure;
 
@@ -63,6 +66,18 @@ pub(crate) struct RenewItem<'a> {
     pub lease: Duration,
 }
 
+/// The connection that one call's requests take, chosen once per call: a
+/// release sent while the call's acquire is in flight must follow it on the
+/// same connection.
+#[derive(Clone)]
+pub(crate) enum Route {
+    /// The client's connection (and every connection of other backends).
+    Home,
+    /// The connection driven by the caller's runtime (see
+    /// [`local::LocalConnections`]).
+    Local(runtime::Id, MultiplexedConnection),
+}
+
 /// The backends, dispatched by match: all are known to this crate.
 #[derive(Clone)]
 pub(crate) enum Backend {
@@ -72,14 +87,23 @@ pub(crate) enum Backend {
 }
 
 impl Backend {
+    /// The connection for one call made from the current task.
+    pub(crate) fn route(&self) -> Route {
+        match self {
+            Backend::Redis(b) => b.route(),
+            _ => Route::Home,
+        }
+    }
+
     pub(crate) async fn acquire(
         &self,
+        route: &Route,
         key: &str,
         owner: &str,
         lease: Duration,
     ) -> Result<Acquire, BackendError> {
         match self {
-            Backend::Redis(b) => Ok(b.acquire(key, owner, lease).await?),
+            Backend::Redis(b) => Ok(b.acquire(route, key, owner, lease).await?),
             Backend::Redlock(b) => b.acquire(key, owner, lease).await,
             Backend::Memory(b) => Ok(b.acquire(key, owner, lease)),
         }
@@ -89,12 +113,13 @@ impl Backend {
     /// that a waiter told by several nodes wakes once.
     pub(crate) async fn release(
         &self,
+        route: &Route,
         key: &str,
         owner: &str,
         token: u64,
     ) -> Result<Release, BackendError> {
         match self {
-            Backend::Redis(b) => Ok(b.release(key, owner, token).await?),
+            Backend::Redis(b) => Ok(b.release(route, key, owner, token).await?),
             Backend::Redlock(b) => b.release(key, owner, token).await,
             Backend::Memory(b) => Ok(b.release(key, owner)),
         }

@@ -3,13 +3,16 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{
-    Client, Cmd, ErrorKind, FromRedisValue, ProtocolVersion, PushInfo, RedisError, Script,
-    ServerErrorKind, ToRedisArgs, Value,
+    AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, ProtocolVersion, PushInfo,
+    RedisError, Script, ServerErrorKind, ToRedisArgs, Value,
 };
+use tokio::runtime::Handle;
 
-use super::{millis, Acquire, Release, RenewItem};
+use super::local::LocalConnections;
+use super::{millis, Acquire, Release, RenewItem, Route};
+use crate::io::polled_on;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/acquire.lua")));
 static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/release.lua")));
@@ -26,28 +29,48 @@ pub(crate) struct RedisConfig {
 
 /// Two self-reconnecting connections: one for the scripts, one (RESP3) that
 /// carries the subscriptions to release channels and resubscribes after a
-/// reconnect.
+/// reconnect. Both are driven by the client's runtime (`home`); calls from
+/// current-thread runtimes may take connections of their own (`local`).
 #[derive(Clone)]
 pub(crate) struct RedisBackend {
     commands: ConnectionManager,
     pubsub: ConnectionManager,
     /// Sent with each release, so this client can skip its own releases.
     client_id: Arc<str>,
+    /// The runtime that `connect` ran on: the client's. Requests on its
+    /// connections are polled as if on it, so that a connection they make
+    /// or remake is driven there, not by a caller's runtime that may end
+    /// first.
+    home: Handle,
+    local: Option<Arc<LocalConnections>>,
 }
 
 impl RedisBackend {
     /// Connects both connections. `on_push` sees every pub/sub message and
     /// every disconnection of the subscription connection. With `lazy`, the
     /// connections are made on first use (and remade until they succeed), so
-    /// a node that is down now does not fail the call.
+    /// a node that is down now does not fail the call. With `local`, calls
+    /// from other current-thread runtimes take connections of their own (see
+    /// [`LocalConnections`]).
     pub(crate) async fn connect(
         url: &str,
         config: &RedisConfig,
         client_id: Arc<str>,
         on_push: impl Fn(PushInfo) + Send + Sync + 'static,
-        lazy: bool,
+        (lazy, local): (bool, bool),
     ) -> Result<Self, RedisError> {
         let client = Client::open(url)?;
+        let home = Handle::current();
+        let local = local.then(|| {
+            let local_config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(config.connect_timeout))
+                .set_response_timeout(Some(config.command_timeout));
+            Arc::new(LocalConnections::new(
+                client.clone(),
+                local_config,
+                home.id(),
+            ))
+        });
         let info = client.get_connection_info().clone();
         let settings = info
             .redis_settings()
@@ -83,17 +106,30 @@ impl RedisBackend {
             commands,
             pubsub,
             client_id,
+            home,
+            local,
         })
+    }
+
+    /// The connection for one call's requests: the caller's runtime's own
+    /// if it has one ready, else the client's.
+    pub(crate) fn route(&self) -> Route {
+        match self.local.as_ref().and_then(|local| local.get()) {
+            Some((runtime, connection)) => Route::Local(runtime, connection),
+            None => Route::Home,
+        }
     }
 
     pub(crate) async fn acquire(
         &self,
+        route: &Route,
         key: &str,
         owner: &str,
         lease: Duration,
     ) -> Result<Acquire, RedisError> {
+        let args = (owner, millis(lease));
         let answer: i64 = self
-            .eval(&ACQUIRE, key, (owner, millis(lease)), owner.len() + 20)
+            .eval(route, &ACQUIRE, key, args, owner.len() + 20)
             .await?;
         // acquire.lua answers the token (> 0), or -2 - the holder's TTL.
         Ok(match answer {
@@ -111,13 +147,14 @@ impl RedisBackend {
 
     pub(crate) async fn release(
         &self,
+        route: &Route,
         key: &str,
         owner: &str,
         token: u64,
     ) -> Result<Release, RedisError> {
         let args = (owner, &*self.client_id, token);
         let size = owner.len() + self.client_id.len() + 20;
-        let freed: i64 = self.eval(&RELEASE, key, args, size).await?;
+        let freed: i64 = self.eval(route, &RELEASE, key, args, size).await?;
         Ok(match freed {
             1 => Release::Freed,
             0 => Release::StillHeld,
@@ -125,14 +162,14 @@ impl RedisBackend {
         })
     }
 
-    /// Calls `script` on `key` with `args` by EVALSHA, loading the script
-    /// first if the server does not know it (a restart, a `SCRIPT FLUSH`).
+    /// Calls `script` on `key` with `args` by EVALSHA, over `route`.
     ///
     /// The command is built in one buffer of about `args_size` bytes more
     /// than the fixed part, rather than through `ScriptInvocation`, which
     /// allocates every argument on its own: this is the hot path.
     async fn eval<T: FromRedisValue>(
         &self,
+        route: &Route,
         script: &Script,
         key: &str,
         args: impl ToRedisArgs,
@@ -144,13 +181,18 @@ impl RedisBackend {
             .arg(1)
             .arg(key)
             .arg(args);
-        let mut con = self.commands.clone();
-        match cmd.query_async(&mut con).await {
-            Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                script.load_async(&mut con).await?;
-                cmd.query_async(&mut con).await
+        match route {
+            Route::Home => {
+                let mut con = self.commands.clone();
+                polled_on(&self.home, evalsha(script, &cmd, &mut con)).await
             }
-            answer => answer,
+            Route::Local(runtime, con) => {
+                let answer = evalsha(script, &cmd, &mut con.clone()).await;
+                if let (Err(error), Some(local)) = (&answer, &self.local) {
+                    local.failed(*runtime, error);
+                }
+                answer
+            }
         }
     }
 
@@ -159,23 +201,41 @@ impl RedisBackend {
         for item in items {
             call.key(item.key).arg(item.owner).arg(millis(item.lease));
         }
-        let renewed: Vec<i64> = call.invoke_async(&mut self.commands.clone()).await?;
+        let mut con = self.commands.clone();
+        let renewed: Vec<i64> = polled_on(&self.home, call.invoke_async(&mut con)).await?;
         Ok(renewed.into_iter().map(|r| r == 1).collect())
     }
 
     pub(crate) async fn subscribe(&self, key: &str) -> Result<(), RedisError> {
-        self.pubsub.clone().subscribe(key).await
+        let mut con = self.pubsub.clone();
+        polled_on(&self.home, con.subscribe(key)).await
     }
 
     pub(crate) async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
-        self.pubsub.clone().unsubscribe(key).await
+        let mut con = self.pubsub.clone();
+        polled_on(&self.home, con.unsubscribe(key)).await
     }
 
     /// Whether the node answers PING.
     pub(crate) async fn ping(&self) -> Result<(), RedisError> {
-        redis::cmd("PING")
-            .query_async(&mut self.commands.clone())
-            .await
+        let mut con = self.commands.clone();
+        polled_on(&self.home, redis::cmd("PING").query_async(&mut con)).await
+    }
+}
+
+/// `cmd`, an EVALSHA of `script`, on `con`; the script is loaded first if
+/// the server does not know it (a restart, a `SCRIPT FLUSH`).
+async fn evalsha<T: FromRedisValue>(
+    script: &Script,
+    cmd: &Cmd,
+    con: &mut (impl ConnectionLike + Send),
+) -> Result<T, RedisError> {
+    match cmd.query_async(con).await {
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.load_async(con).await?;
+            cmd.query_async(con).await
+        }
+        answer => answer,
     }
 }
 

@@ -15,7 +15,7 @@ use redis::RedisError;
 use tokio::time::Instant;
 
 use super::redis::RedisBackend;
-use super::{Acquire, BackendError, Release, RenewItem};
+use super::{Acquire, BackendError, Release, RenewItem, Route};
 use crate::error::NodeFailure;
 
 /// One master.
@@ -103,7 +103,9 @@ impl RedlockBackend {
         lease: Duration,
     ) -> Result<Acquire, BackendError> {
         let sent = Instant::now();
-        let answers = self.on_all(|node| node.acquire(key, owner, lease)).await;
+        let answers = self
+            .on_all(|node| node.acquire(&Route::Home, key, owner, lease))
+            .await;
         let drift = lease.mul_f64(self.drift_factor) + Duration::from_millis(2);
         let mut tokens = Vec::new();
         let mut ttls = Vec::new();
@@ -121,7 +123,9 @@ impl RedlockBackend {
         }
         if !tokens.is_empty() {
             // No quorum in time: give back what was taken, on every node.
-            let _ = self.on_all(|node| node.release(key, owner, 0)).await;
+            let _ = self
+                .on_all(|node| node.release(&Route::Home, key, owner, 0))
+                .await;
         }
         let answered = tokens.len() + ttls.len();
         if answered < self.quorum() {
@@ -144,7 +148,9 @@ impl RedlockBackend {
         owner: &str,
         token: u64,
     ) -> Result<Release, BackendError> {
-        let answers = self.on_all(|node| node.release(key, owner, token)).await;
+        let answers = self
+            .on_all(|node| node.release(&Route::Home, key, owner, token))
+            .await;
         let held = answers
             .iter()
             .filter(|a| matches!(a, Ok(Release::Freed | Release::StillHeld)))

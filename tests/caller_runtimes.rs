@@ -1,0 +1,111 @@
+//! Calls made on current-thread runtimes take a connection driven by that
+//! runtime (no thread hop per round trip), which ends with the runtime.
+mod support;
+
+use std::time::{Duration, Instant};
+
+use lock_runtime::{LockClient, LockError, LockOptions};
+use support::RedisServer;
+
+fn current_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+async fn once(client: &LockClient, key: &str) -> Result<(), LockError> {
+    client
+        .run_locked(key, LockOptions::new(), async { Ok::<_, LockError>(()) })
+        .await
+}
+
+/// Polls `f` (a blocking look at the server) every 5 ms, up to 5 s.
+fn within_5s(mut f: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    false
+}
+
+/// One short-lived runtime after another, as `#[tokio::test]`s make them:
+/// every call works, each runtime gets a connection of its own while it
+/// runs, and the connection closes with it.
+#[test]
+fn each_current_thread_runtime_gets_a_connection_that_ends_with_it() {
+    let server = RedisServer::start();
+    let client = current_thread()
+        .block_on(LockClient::connect(&server.url()))
+        .expect("connect");
+    // The client's two connections, and the one counting.
+    let base = server.connected_clients();
+    for round in 0..4 {
+        let runtime = current_thread();
+        runtime.block_on(async {
+            once(&client, "round").await.expect("first call");
+            // The runtime's connection is made in the background.
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+            while server.connected_clients() < base + 1 {
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "round {round}: no connection of the runtime's own"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            for _ in 0..20 {
+                once(&client, "round").await.expect("call");
+            }
+        });
+        drop(runtime);
+        assert!(
+            within_5s(|| server.connected_clients() == base),
+            "round {round}: the runtime's connection outlived it"
+        );
+    }
+}
+
+/// Dropped while its acquire is on the wire, on the runtime's own
+/// connection: a release follows it (on that same connection) and frees the
+/// lock, rather than leaving it to its 30 s lease.
+#[test]
+fn an_in_flight_acquire_on_the_runtimes_connection_is_released_after_it() {
+    let server = RedisServer::start();
+    let client = current_thread()
+        .block_on(LockClient::connect(&server.url()))
+        .expect("connect");
+    let base = server.connected_clients();
+    let runtime = current_thread();
+    runtime.block_on(async {
+        once(&client, "warm-up").await.expect("first call");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while server.connected_clients() < base + 1 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no connection of its own"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        server.reset_stats();
+        server.pause();
+        let options = LockOptions::new().lease(Duration::from_secs(30));
+        let call = client.run_locked("in-flight", options, async { Ok::<_, LockError>(()) });
+        let dropped = tokio::time::timeout(Duration::from_millis(200), call).await;
+        assert!(dropped.is_err(), "Redis is frozen: the call cannot finish");
+        server.resume();
+        // Both scripts run, the acquire first, then the release.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while server.command_calls("evalsha") < 2 {
+            assert!(tokio::time::Instant::now() < deadline, "both scripts ran");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while !server.owners("lock:in-flight").is_empty() {
+            assert!(tokio::time::Instant::now() < deadline, "still locked");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+}

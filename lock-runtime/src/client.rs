@@ -164,10 +164,13 @@ impl LockClientBuilder {
     /// the tokio runtime that builds the client, instead of on a thread of
     /// the client's own.
     ///
-    /// Each round trip then skips a hop between threads: about 40 µs less
-    /// per call on a current-thread runtime. But the client stops working
-    /// when that runtime shuts down, so use it only for a client that lives
-    /// no longer than its runtime (not for a global client shared by many
+    /// The client then needs no thread of its own, and no extra connection
+    /// per runtime: a default client gives each current-thread runtime that
+    /// calls it a connection driven by that runtime, so that its round trips
+    /// skip the hop to the client's thread (about 40 µs per call), while its
+    /// watchdog stays on its own thread. But this client stops working when
+    /// its runtime shuts down, so use it only for a client that lives no
+    /// longer than its runtime (not for a global client shared by many
     /// `#[tokio::test]` runtimes). Without a current runtime (for example
     /// [`in_memory`](Self::in_memory) called outside one) the client uses
     /// its own thread.

@@ -109,3 +109,50 @@ fn an_in_flight_acquire_on_the_runtimes_connection_is_released_after_it() {
         }
     });
 }
+
+/// The same, but the runtime is not driven after the call is dropped, so its
+/// connection cannot send the release: the client's connection sends it
+/// once that one times out.
+#[test]
+fn an_in_flight_release_is_sent_even_if_the_callers_runtime_stops() {
+    let server = RedisServer::start();
+    let client = current_thread()
+        .block_on(
+            LockClient::builder()
+                .command_timeout(Duration::from_millis(500))
+                .connect(&server.url()),
+        )
+        .expect("connect");
+    let base = server.connected_clients();
+    let runtime = current_thread();
+    runtime.block_on(async {
+        once(&client, "warm-up").await.expect("first call");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while server.connected_clients() < base + 1 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no connection of its own"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    server.reset_stats();
+    server.pause();
+    let dropped = runtime.block_on(async {
+        let options = LockOptions::new().lease(Duration::from_secs(30));
+        let call = client.run_locked("stopped", options, async { Ok::<_, LockError>(()) });
+        tokio::time::timeout(Duration::from_millis(200), call).await
+    });
+    assert!(dropped.is_err(), "Redis is frozen: the call cannot finish");
+    // From here on nothing drives `runtime`.
+    server.resume();
+    assert!(
+        within_5s(|| server.command_calls("evalsha") >= 1),
+        "the acquire reached Redis"
+    );
+    assert!(
+        within_5s(|| server.owners("lock:stopped").is_empty()),
+        "the lock was left to its lease"
+    );
+    drop(runtime);
+}

@@ -411,7 +411,15 @@ async fn attempt(
             let client = self.client.clone();
             let (route, key, owner) = (self.route.clone(), self.key.to_owned(), *self.owner);
             self.client.inner.io.spawn(async move {
-                let _ = client.inner.backend.release(&route, &key, &owner, 0).await;
+                let backend = &client.inner.backend;
+                let released = backend.release(&route, &key, &owner, 0).await;
+                if released.is_err() && matches!(route, Route::Local(..)) {
+                    // The caller's runtime, which drives that connection, has
+                    // ended or does not run (the command timed out): by now
+                    // the acquire has landed or never left, so the client's
+                    // connection can follow it.
+                    let _ = backend.release(&Route::Home, &key, &owner, 0).await;
+                }
             });
         }
     }

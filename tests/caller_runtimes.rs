@@ -32,6 +32,39 @@ fn within_5s(mut f: impl FnMut() -> bool) -> bool {
     false
 }
 
+/// Waits (at most 5 s) until `server` has `clients` connections, while
+/// the current runtime goes on running: its connection is made in the
+/// background.
+async fn until_clients(server: &RedisServer, clients: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while server.connected_clients() < clients {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no connection of the runtime's own"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A client (built with `builder`) whose calls from the returned runtime
+/// take that runtime's own connection, already made.
+fn client_on_a_runtime(
+    server: &RedisServer,
+    builder: lock_runtime::LockClientBuilder,
+) -> (LockClient, tokio::runtime::Runtime) {
+    let client = current_thread()
+        .block_on(builder.connect(&server.url()))
+        .expect("connect");
+    // The client's two connections, and the one counting.
+    let base = server.connected_clients();
+    let runtime = current_thread();
+    runtime.block_on(async {
+        once(&client, "warm-up").await.expect("first call");
+        until_clients(server, base + 1).await;
+    });
+    (client, runtime)
+}
+
 /// One short-lived runtime after another, as `#[tokio::test]`s make them:
 /// every call works, each runtime gets a connection of its own while it
 /// runs, and the connection closes with it.
@@ -47,15 +80,7 @@ fn each_current_thread_runtime_gets_a_connection_that_ends_with_it() {
         let runtime = current_thread();
         runtime.block_on(async {
             once(&client, "round").await.expect("first call");
-            // The runtime's connection is made in the background.
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-            while server.connected_clients() < base + 1 {
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "round {round}: no connection of the runtime's own"
-                );
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
+            until_clients(&server, base + 1).await;
             for _ in 0..20 {
                 once(&client, "round").await.expect("call");
             }
@@ -74,21 +99,8 @@ fn each_current_thread_runtime_gets_a_connection_that_ends_with_it() {
 #[test]
 fn an_in_flight_acquire_on_the_runtimes_connection_is_released_after_it() {
     let server = RedisServer::start();
-    let client = current_thread()
-        .block_on(LockClient::connect(&server.url()))
-        .expect("connect");
-    let base = server.connected_clients();
-    let runtime = current_thread();
+    let (client, runtime) = client_on_a_runtime(&server, LockClient::builder());
     runtime.block_on(async {
-        once(&client, "warm-up").await.expect("first call");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while server.connected_clients() < base + 1 {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no connection of its own"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
         server.reset_stats();
         server.pause();
         let options = LockOptions::new().lease(Duration::from_secs(30));
@@ -116,26 +128,8 @@ fn an_in_flight_acquire_on_the_runtimes_connection_is_released_after_it() {
 #[test]
 fn an_in_flight_release_is_sent_even_if_the_callers_runtime_stops() {
     let server = RedisServer::start();
-    let client = current_thread()
-        .block_on(
-            LockClient::builder()
-                .command_timeout(Duration::from_millis(500))
-                .connect(&server.url()),
-        )
-        .expect("connect");
-    let base = server.connected_clients();
-    let runtime = current_thread();
-    runtime.block_on(async {
-        once(&client, "warm-up").await.expect("first call");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-        while server.connected_clients() < base + 1 {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no connection of its own"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    });
+    let builder = LockClient::builder().command_timeout(Duration::from_millis(500));
+    let (client, runtime) = client_on_a_runtime(&server, builder);
     server.reset_stats();
     server.pause();
     let dropped = runtime.block_on(async {

@@ -32,18 +32,18 @@ fn within_5s(mut f: impl FnMut() -> bool) -> bool {
     false
 }
 
-/// Waits (at most 5 s) until `server` has `clients` connections, while
-/// the current runtime goes on running: its connection is made in the
-/// background.
-async fn until_clients(server: &RedisServer, clients: u64) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while server.connected_clients() < clients {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no connection of the runtime's own"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
+/// Calls `client` from the current runtime until `server` has `clients`
+/// connections: the runtime gets a connection of its own after a few calls,
+/// made in the background.
+async fn call_until_connected(client: &LockClient, server: &RedisServer, clients: u64) {
+    for _ in 0..200 {
+        if server.connected_clients() >= clients {
+            return;
+        }
+        once(client, "warm-up").await.expect("call");
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
+    panic!("no connection of the runtime's own after 200 calls");
 }
 
 /// A client (built with `builder`) whose calls from the returned runtime
@@ -58,10 +58,7 @@ fn client_on_a_runtime(
     // The client's two connections, and the one counting.
     let base = server.connected_clients();
     let runtime = current_thread();
-    runtime.block_on(async {
-        once(&client, "warm-up").await.expect("first call");
-        until_clients(server, base + 1).await;
-    });
+    runtime.block_on(call_until_connected(&client, server, base + 1));
     (client, runtime)
 }
 
@@ -79,8 +76,7 @@ fn each_current_thread_runtime_gets_a_connection_that_ends_with_it() {
     for round in 0..4 {
         let runtime = current_thread();
         runtime.block_on(async {
-            once(&client, "round").await.expect("first call");
-            until_clients(&server, base + 1).await;
+            call_until_connected(&client, &server, base + 1).await;
             for _ in 0..20 {
                 once(&client, "round").await.expect("call");
             }
@@ -90,6 +86,27 @@ fn each_current_thread_runtime_gets_a_connection_that_ends_with_it() {
             within_5s(|| server.connected_clients() == base),
             "round {round}: the runtime's connection outlived it"
         );
+    }
+}
+
+/// A runtime that makes only a few calls (one made for a single call, say)
+/// uses the client's connection and costs Redis no connection of its own.
+#[test]
+fn a_runtime_that_calls_a_few_times_gets_no_connection() {
+    let server = RedisServer::start();
+    let client = current_thread()
+        .block_on(LockClient::connect(&server.url()))
+        .expect("connect");
+    let base = server.connected_clients();
+    for _ in 0..3 {
+        current_thread().block_on(async {
+            for _ in 0..3 {
+                once(&client, "few").await.expect("call");
+            }
+            // Time for a connection to show up, if one were being made.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            assert_eq!(server.connected_clients(), base);
+        });
     }
 }
 

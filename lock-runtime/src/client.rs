@@ -166,9 +166,9 @@ impl LockClientBuilder {
     ///
     /// The client then needs no thread of its own, and no extra connection
     /// per runtime: a default client gives each current-thread runtime that
-    /// calls it a connection driven by that runtime, so that its round trips
-    /// skip the hop to the client's thread (about 40 µs per call), while its
-    /// watchdog stays on its own thread. But this client stops working when
+    /// keeps calling it a connection driven by that runtime, so that its
+    /// round trips skip the hop to the client's thread (about 40 µs per
+    /// call), while its watchdog stays on its own thread. But this client stops working when
     /// its runtime shuts down, so use it only for a client that lives no
     /// longer than its runtime (not for a global client shared by many
     /// `#[tokio::test]` runtimes). Without a current runtime (for example

@@ -2,11 +2,12 @@
 //!
 //! A client's connections run on its background thread, so a call made on a
 //! current-thread runtime crosses to that thread and back on every round
-//! trip. For each such runtime the backend makes, in the background and on
-//! that runtime, a connection of its own; calls from the runtime take it once
-//! it is ready, and the client's connection until then. It is forgotten when
-//! its runtime ends (runtime ids are reused after that) and after an error on
-//! it, and made again later.
+//! trip. For each such runtime that keeps calling (a few calls: a runtime
+//! made for one call is not worth a connection), the backend makes, in the
+//! background and on that runtime, a connection of its own; calls from the
+//! runtime take it once it is ready, and the client's connection until then.
+//! It is forgotten when its runtime ends (runtime ids are reused after that)
+//! and after an error on it, and made again later.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -20,6 +21,10 @@ use tokio::time::Instant;
 /// How long after a failed connect (or an error on the connection) a runtime
 /// goes on using the client's connection before another try.
 const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// The calls a runtime makes on the client's connection before it gets a
+/// connection of its own.
+const CALLS_BEFORE_CONNECT: u32 = 16;
 
 /// The callers' runtimes' connections to one Redis node.
 pub(crate) struct LocalConnections {
@@ -39,6 +44,8 @@ struct Local {
 }
 
 enum State {
+    /// Calls made so far on the client's connection.
+    Counting(u32),
     Connecting,
     Ready(MultiplexedConnection),
     /// Not before this instant.
@@ -71,12 +78,13 @@ impl LocalConnections {
 
     /// The connection of the caller's runtime (and the runtime's id), if it
     /// is a current-thread runtime and its connection is ready. Otherwise
-    /// `None`, after starting to make one if there is none yet.
+    /// `None`, after starting to make one if the runtime has called enough.
     pub(crate) fn get(self: &Arc<Self>) -> Option<(runtime::Id, MultiplexedConnection)> {
         enum Next {
             Use(MultiplexedConnection),
             Wait,
-            Connect { alive: Arc<AtomicBool>, first: bool },
+            Watch(Arc<AtomicBool>),
+            Connect,
         }
         let handle = Handle::try_current().ok()?;
         if handle.runtime_flavor() != RuntimeFlavor::CurrentThread {
@@ -94,56 +102,47 @@ impl LocalConnections {
                 locals.push(Local {
                     runtime,
                     alive: alive.clone(),
-                    state: State::Connecting,
+                    state: State::Counting(1),
                 });
-                return Next::Connect { alive, first: true };
+                return Next::Watch(alive);
             };
-            match &local.state {
+            match &mut local.state {
                 State::Ready(connection) => Next::Use(connection.clone()),
-                State::Failed(at) if *at <= now => {
-                    local.state = State::Connecting;
-                    let alive = local.alive.clone();
-                    Next::Connect {
-                        alive,
-                        first: false,
-                    }
+                State::Counting(calls) if *calls + 1 < CALLS_BEFORE_CONNECT => {
+                    *calls += 1;
+                    Next::Wait
                 }
-                State::Failed(_) | State::Connecting => Next::Wait,
+                State::Failed(at) if *at > now => Next::Wait,
+                State::Counting(_) | State::Failed(_) => {
+                    local.state = State::Connecting;
+                    Next::Connect
+                }
+                State::Connecting => Next::Wait,
             }
         });
         match next {
-            Next::Use(connection) => Some((runtime, connection)),
-            Next::Wait => None,
-            Next::Connect { alive, first } => {
-                self.connect(&handle, runtime, alive, first);
-                None
+            Next::Use(connection) => return Some((runtime, connection)),
+            Next::Wait => {}
+            // A task that lives as long as the runtime: its end marks the
+            // runtime's end.
+            Next::Watch(alive) => drop(handle.spawn(async move {
+                let _alive = AliveGuard(alive);
+                std::future::pending::<()>().await
+            })),
+            Next::Connect => {
+                let this: Weak<Self> = Arc::downgrade(self);
+                let (client, config) = (self.client.clone(), self.config.clone());
+                drop(handle.spawn(async move {
+                    let made = client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await;
+                    if let Some(this) = this.upgrade() {
+                        this.settle(runtime, made);
+                    }
+                }));
             }
         }
-    }
-
-    /// Makes the connection of `runtime` on it, in a task of its own. The
-    /// first such task stays, so that its end marks the end of the runtime.
-    fn connect(
-        self: &Arc<Self>,
-        handle: &Handle,
-        runtime: runtime::Id,
-        alive: Arc<AtomicBool>,
-        first: bool,
-    ) {
-        let this: Weak<Self> = Arc::downgrade(self);
-        let (client, config) = (self.client.clone(), self.config.clone());
-        handle.spawn(async move {
-            let _alive = first.then(|| AliveGuard(alive));
-            let made = client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await;
-            if let Some(this) = this.upgrade() {
-                this.settle(runtime, made);
-            }
-            if first {
-                std::future::pending::<()>().await;
-            }
-        });
+        None
     }
 
     fn settle(&self, runtime: runtime::Id, made: Result<MultiplexedConnection, RedisError>) {

@@ -168,10 +168,10 @@ impl LockClientBuilder {
     /// per runtime: a default client gives each current-thread runtime that
     /// keeps calling it a connection driven by that runtime, so that its
     /// round trips skip the hop to the client's thread (about 40 µs per
-    /// call), while its watchdog stays on its own thread. But this client stops working when
-    /// its runtime shuts down, so use it only for a client that lives no
-    /// longer than its runtime (not for a global client shared by many
-    /// `#[tokio::test]` runtimes). Without a current runtime (for example
+    /// call), while its watchdog stays on its own thread. But this client
+    /// stops working when its runtime shuts down, so use it only for a
+    /// client that lives no longer than its runtime (not for a global client
+    /// shared by many `#[tokio::test]` runtimes). Without a current runtime (for example
     /// [`in_memory`](Self::in_memory) called outside one) the client uses
     /// its own thread.
     pub fn on_current_runtime(mut self) -> Self {

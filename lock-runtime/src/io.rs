@@ -4,9 +4,9 @@
 //! By default the client owns a small thread with a single-threaded tokio
 //! runtime. That makes a client independent of the runtime that created it:
 //! a global client keeps renewing while application runtimes come and go.
-//! (Calls made on a current-thread runtime still skip the hop to that
-//! thread: they take a connection driven by their own runtime, see
-//! `backend/local.rs`.) A client built with
+//! (Calls from a current-thread runtime that keeps calling still skip the
+//! hop to that thread: they take a connection driven by their own runtime,
+//! see `backend/local.rs`.) A client built with
 //! [`crate::LockClientBuilder::on_current_runtime`] uses the runtime that
 //! builds it instead, with no thread of its own, but it stops working when
 //! that runtime shuts down.

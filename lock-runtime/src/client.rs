@@ -1,19 +1,20 @@
 //! The client: one backend, its background thread, its watchdog and waiters.
 
-use std::collections::HashSet;
 use std::fmt::{self, Write as _};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{self as redis_backend, RedisBackend, RedisConfig};
 use crate::backend::redlock::{Node, RedlockBackend};
 use crate::backend::{Backend, BackendError};
+use crate::error::LockError;
 use crate::io::Io;
+use crate::options::LockOptions;
+use crate::subscriptions::Subscriptions;
 use crate::wakeup::Waiters;
 use crate::watchdog::{self, Registry};
-use crate::{LockError, LockOptions};
 
 /// A handle to one lock backend: cheap to clone, shared by all its clones.
 ///
@@ -33,7 +34,7 @@ pub struct LockClient {
 pub(crate) struct Inner {
     /// A random id, the prefix of every owner id of this client.
     pub id: Arc<str>,
-    owners: AtomicU64,
+    /// Numbers the client's acquisitions (and their owner ids).
     lock_ids: AtomicU64,
     pub prefix: Box<str>,
     pub lease: Duration,
@@ -43,9 +44,6 @@ pub(crate) struct Inner {
     pub backend: Backend,
     pub waiters: Arc<Waiters>,
     pub registry: Arc<Registry>,
-    /// Keys whose release channel is subscribed, guarded so that a subscribe
-    /// and an unsubscribe of one key never cross.
-    pub subscribed: tokio::sync::Mutex<HashSet<Box<str>>>,
     pub io: Io,
 }
 
@@ -218,6 +216,19 @@ impl LockClientBuilder {
                 "Redlock needs at least 3 independent Redis nodes",
             ))));
         }
+        let mut seen = Vec::with_capacity(urls.len());
+        for url in urls {
+            let node = node_name(url);
+            if seen.contains(&node) {
+                return Err(LockError::Connect(redis::RedisError::from((
+                    redis::ErrorKind::InvalidClientConfig,
+                    "a Redlock node is given twice: every node must be a different Redis, \
+                     or one node could make a quorum alone",
+                    node.to_string(),
+                ))));
+            }
+            seen.push(node);
+        }
         let urls = urls.iter().map(|u| (*u).to_owned()).collect();
         self.connect_to(Target::Quorum(urls)).await
     }
@@ -234,6 +245,10 @@ impl LockClientBuilder {
                     // Releases published while disconnected are lost: let
                     // every waiter try again.
                     waiters.wake_all();
+                } else if let Some(channel) = redis_backend::subscribed(&info) {
+                    // Subscribed (again, after a reconnect): a release before
+                    // now was not heard, so the head should try.
+                    waiters.wake_release(channel, 0);
                 } else if let Some(released) = redis_backend::released(&info) {
                     // This client's own releases woke its waiters already.
                     if released.client != id.as_bytes() {
@@ -329,12 +344,15 @@ impl LockClientBuilder {
     }
 
     fn finish(self, id: Arc<str>, backend: Backend, waiters: Arc<Waiters>, io: Io) -> LockClient {
-        let registry = Registry::new();
+        let registry = Registry::new(waiters.clone());
         let watchdog = watchdog::run(registry.clone(), backend.clone(), self.renewal_batch);
         io.spawn_until_closed(watchdog);
+        if backend.subscribes() {
+            let subscriptions = Subscriptions::start(&io, backend.clone(), &waiters);
+            waiters.on_change(move |key| subscriptions.changed(key));
+        }
         let inner = Arc::new(Inner {
             id,
-            owners: AtomicU64::new(0),
             lock_ids: AtomicU64::new(0),
             prefix: self.prefix.into(),
             lease: self.lease,
@@ -343,13 +361,8 @@ impl LockClientBuilder {
             backend,
             waiters,
             registry,
-            subscribed: tokio::sync::Mutex::new(HashSet::new()),
             io,
         });
-        let weak = Arc::downgrade(&inner);
-        inner
-            .waiters
-            .on_idle(move |key| unsubscribe_later(&weak, key));
         LockClient { inner }
     }
 }
@@ -360,11 +373,18 @@ enum Target {
     Quorum(Vec<String>),
 }
 
-/// A node's address without credentials, for error messages.
+/// A node's address and database without credentials, for error messages
+/// (and to tell nodes apart).
 fn node_name(url: &str) -> Arc<str> {
     match redis::Client::open(url) {
-        Ok(client) => client.get_connection_info().addr().to_string().into(),
-        Err(_) => "(invalid url)".into(),
+        Ok(client) => {
+            let info = client.get_connection_info();
+            match info.redis_settings().db() {
+                0 => info.addr().to_string().into(),
+                db => format!("{}/{db}", info.addr()).into(),
+            }
+        }
+        Err(_) => url.split('@').next_back().unwrap_or_default().into(),
     }
 }
 
@@ -378,26 +398,6 @@ fn connect_error(error: BackendError) -> LockError {
             quorum.to_string(),
         ))),
     }
-}
-
-/// Drops the release subscription of `key` in the background once nobody
-/// waits on it.
-fn unsubscribe_later(client: &Weak<Inner>, key: Box<str>) {
-    let Some(inner) = client.upgrade() else {
-        return;
-    };
-    if !inner.backend.subscribes() {
-        return;
-    }
-    let task = inner.clone();
-    inner.io.spawn(async move {
-        let mut subscribed = task.subscribed.lock().await;
-        if !task.waiters.is_waited(&key) && subscribed.remove(&key) {
-            if let Err(error) = task.backend.unwatch_releases(&key).await {
-                tracing::debug!(%error, key = &*key, "unsubscribe failed");
-            }
-        }
-    });
 }
 
 fn new_client_id() -> Arc<str> {
@@ -493,12 +493,8 @@ impl LockClient {
         full
     }
 
-    /// A new owner's number: its id is `OwnerId::new(&inner.id, n)`.
-    pub(crate) fn new_owner(&self) -> u64 {
-        self.inner.owners.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// A number for a newly held lock, unique within the client.
+    /// A number for a new acquisition, unique within the client: its owner
+    /// id is `OwnerId::new(&inner.id, n)`.
     pub(crate) fn new_lock_id(&self) -> u64 {
         self.inner.lock_ids.fetch_add(1, Ordering::Relaxed)
     }

@@ -79,11 +79,16 @@ pub enum LockError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LossReason {
-    /// A renewal found the lock gone or held by another owner.
+    /// A renewal or the release found the lock gone (erased, or expired in
+    /// Redis) or held by another owner.
     Taken,
     /// The lease ran out with no successful renewal (Redis unreachable, or
     /// `renew = false` and the body outran its lease).
     Expired,
+    /// The body finished, but its release could not reach Redis (twice), so
+    /// whether the lock was held to the end is not known: Redis may have
+    /// restarted and forgotten it while the body ran.
+    Unconfirmed,
 }
 
 impl std::fmt::Display for LossReason {
@@ -91,6 +96,9 @@ impl std::fmt::Display for LossReason {
         f.write_str(match self {
             LossReason::Taken => "a renewal found it gone or held by another owner",
             LossReason::Expired => "its lease ran out before a renewal succeeded",
+            LossReason::Unconfirmed => {
+                "its release could not reach Redis, so it may not have been held to the end"
+            }
         })
     }
 }

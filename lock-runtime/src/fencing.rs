@@ -7,14 +7,15 @@
 //! every number given earlier for that key, and the store that the lock
 //! protects refuses writes that carry a smaller number than one it has seen.
 //!
-//! On Redis the acquire script decides the token: the last token + 1 while
-//! the key keeps it (while held, and after release until the lease would have
-//! ended), otherwise the
-//! server time in microseconds. Tokens cannot run ahead of that clock (a key
-//! is not taken more than once a microsecond), so they keep increasing across
-//! expiries and across a restart of a Redis without persistence, as long as
-//! the server clock does not step back (run NTP with slewing, not stepping).
-//! On the embedded backend it is a counter.
+//! On Redis the acquire script decides the token: the larger of the kept
+//! token + 1 and the server time in microseconds. Tokens cannot run ahead of
+//! that clock (a key is not taken more than once a microsecond), so they keep
+//! increasing across expiries, across a restart of a Redis without
+//! persistence and across a restart that brings back an older snapshot, as
+//! long as the server clock does not step back (run NTP with slewing, not
+//! stepping). On Redlock the largest of the granting nodes' tokens is written
+//! back to a quorum before the body runs, so any later quorum answers a
+//! larger one (see the README). On the embedded backend it is a counter.
 //!
 //! # Checking the token in the store
 //! The store records the highest token it has seen, and accepts an operation
@@ -43,8 +44,9 @@
 
 use crate::ownership;
 
-/// The fencing token of the innermost lock held by the running body, or
-/// `None` outside a locked body.
+/// The fencing token of the lock of the innermost locked call whose body is
+/// running (the lock it took, or the one it re-entered), or `None` outside a
+/// locked body.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -67,7 +69,7 @@ use crate::ownership;
 /// # }
 /// ```
 pub fn fencing_token() -> Option<u64> {
-    ownership::innermost().map(|held| held.token)
+    ownership::innermost_held().map(|held| held.token)
 }
 
 /// The fencing token of the lock `key` (as written in the attribute or

@@ -1,5 +1,5 @@
 //! A lock this client holds: its key, owner, lease and how long it is known
-//! to be valid.
+//! to be valid; and the chain of held locks that a body runs in.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -9,8 +9,37 @@ use std::time::Duration;
 use futures_util::task::AtomicWaker;
 use tokio::time::Instant;
 
-use crate::ownership::OwnerId;
-use crate::LossReason;
+use crate::error::LossReason;
+use crate::owner_id::OwnerId;
+
+/// One link of the chain of held locks that a locked body runs in,
+/// innermost first.
+#[derive(Clone)]
+pub(crate) enum Frame {
+    /// A lock that the body's call took; its parent is in it.
+    Taken(Arc<HeldLock>),
+    /// A lock held further out, re-entered by a nested call: its body sees
+    /// that lock as the innermost, with the rest of the chain behind it.
+    Reentered(Arc<(Arc<HeldLock>, Frame)>),
+}
+
+impl Frame {
+    /// The lock of this link.
+    pub(crate) fn held(&self) -> &Arc<HeldLock> {
+        match self {
+            Frame::Taken(held) => held,
+            Frame::Reentered(link) => &link.0,
+        }
+    }
+
+    /// The next link out.
+    pub(crate) fn parent(&self) -> Option<&Frame> {
+        match self {
+            Frame::Taken(held) => held.parent.as_ref(),
+            Frame::Reentered(link) => Some(&link.1),
+        }
+    }
+}
 
 /// How far the lock's validity is trusted, as the watchdog and the body see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,15 +58,16 @@ pub(crate) struct HeldLock {
     pub id: u64,
     /// The id of the client that took it: keys are per client.
     pub client: Arc<str>,
-    /// The lock held around the body that took this one, in the same task.
-    pub parent: Option<Arc<HeldLock>>,
+    /// The chain around the body that took this one, in the same task.
+    pub parent: Option<Frame>,
     /// The full key: the client's prefix, then the rendered key.
     pub key: String,
     /// Where the rendered key starts in `key`.
     prefix_len: u32,
     /// Whether the watchdog renews it (otherwise it only watches its expiry).
     pub renew: bool,
-    /// The owner's number within the client: see [`HeldLock::owner_id`].
+    /// The acquisition's number within the client (its `id`): see
+    /// [`HeldLock::owner_id`].
     pub owner: u64,
     /// The lease, in nanoseconds.
     lease_ns: u64,
@@ -72,7 +102,7 @@ impl HeldLock {
     /// `sent + lease - drift`.
     pub(crate) fn new(
         id: u64,
-        (client, parent): (Arc<str>, Option<Arc<HeldLock>>),
+        (client, parent): (Arc<str>, Option<Frame>),
         (key, prefix_len): (String, usize),
         owner: u64,
         Term {

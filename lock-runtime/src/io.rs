@@ -70,6 +70,13 @@ impl Io {
         self.handle.spawn(task)
     }
 
+    /// A sleep on the background runtime's timer, which works also when
+    /// polled on a runtime without one.
+    pub(crate) fn sleep_until(&self, at: tokio::time::Instant) -> tokio::time::Sleep {
+        let _entered = self.handle.enter();
+        tokio::time::sleep_until(at)
+    }
+
     /// Runs the endless `task` on the background runtime until the client
     /// is dropped.
     pub(crate) fn spawn_until_closed<F>(&self, task: F)

@@ -89,8 +89,10 @@ mod held;
 mod io;
 mod locking;
 mod options;
+mod owner_id;
 mod ownership;
 mod private;
+mod subscriptions;
 mod wakeup;
 mod watchdog;
 

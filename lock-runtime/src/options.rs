@@ -27,6 +27,11 @@ impl LockOptions {
     /// taken as this, so that no deadline overflows the clock.
     pub const LONGEST: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
+    /// The shortest lease: 10 ms. A lock is trusted for its lease less a
+    /// margin for clock drift (2 ms and a share of the lease), so a shorter
+    /// lease would be lost almost as soon as it is taken.
+    pub const SHORTEST_LEASE: Duration = Duration::from_millis(10);
+
     /// Client defaults for lease and wait, renewal on.
     pub const fn new() -> Self {
         LockOptions {
@@ -36,8 +41,10 @@ impl LockOptions {
         }
     }
 
-    /// How long the lock lives in Redis without a renewal (at most
-    /// [`LockOptions::LONGEST`]; a longer lease is taken as that).
+    /// How long the lock lives in Redis without a renewal: at least
+    /// [`LockOptions::SHORTEST_LEASE`] (a shorter one fails the call with
+    /// [`LockError::Invalid`](crate::LockError::Invalid)), at most
+    /// [`LockOptions::LONGEST`] (a longer lease is taken as that).
     pub const fn lease(mut self, lease: Duration) -> Self {
         self.lease = Some(lease);
         self

@@ -1,23 +1,23 @@
 //! Who owns a lock: the dynamic extent of the body that took it.
 //!
-//! Each locked body runs with its [`HeldLock`] as a task-local value; each
-//! held lock links to the one around it. A locked call made inside such a
-//! body (in the same task) finds its key in that chain and re-enters without
-//! a round trip to the backend; the first locked call of a chain creates the
-//! owner id that the nested calls share. A spawned task, or a sibling future
-//! joined next to the body, sees no chain and is a different owner.
+//! Each locked body runs with its chain of held locks as a task-local value
+//! ([`Frame`], innermost first). A locked call made inside such a body (in
+//! the same task, on the same client) finds its key in that chain and
+//! re-enters without a round trip to the backend; its body runs with a frame
+//! of its own on top, so that [`crate::fencing_token`] answers for its lock.
+//! Every call that takes a lock is an acquisition of its own, with an owner
+//! id of its own: a spawned task, or a sibling future joined next to the
+//! body, sees no chain and is a different owner.
 
-use std::fmt::{self, Write as _};
 use std::future::Future;
-use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use crate::held::HeldLock;
+use crate::held::{Frame, HeldLock};
 
 tokio::task_local! {
-    static CURRENT: Arc<HeldLock>;
+    static CURRENT: Frame;
 }
 
 /// The first held lock in the running body's chain, innermost first, that
@@ -26,11 +26,11 @@ fn find(matches: impl Fn(&HeldLock) -> bool) -> Option<Arc<HeldLock>> {
     CURRENT
         .try_with(|innermost| {
             let mut next = Some(innermost);
-            while let Some(held) = next {
-                if matches(held) {
-                    return Some(held.clone());
+            while let Some(frame) = next {
+                if matches(frame.held()) {
+                    return Some(frame.held().clone());
                 }
-                next = held.parent.as_ref();
+                next = frame.parent();
             }
             None
         })
@@ -38,7 +38,8 @@ fn find(matches: impl Fn(&HeldLock) -> bool) -> Option<Arc<HeldLock>> {
         .flatten()
 }
 
-/// The lock `key` (full key) of `client` if the running body holds it.
+/// The lock `key` (full key) of the client `client` if the running body
+/// holds it.
 pub(crate) fn held(client: &str, key: &str) -> Option<Arc<HeldLock>> {
     find(|held| &*held.key == key && &*held.client == client)
 }
@@ -49,22 +50,27 @@ pub(crate) fn held_user_key(key: &str) -> Option<Arc<HeldLock>> {
     find(|held| held.user_key() == key)
 }
 
-/// The innermost lock held by the running body, if any: the parent of a
-/// lock taken now.
-pub(crate) fn innermost() -> Option<Arc<HeldLock>> {
-    CURRENT.try_with(Arc::clone).ok()
+/// The running body's chain: the parent of a lock taken now.
+pub(crate) fn innermost() -> Option<Frame> {
+    CURRENT.try_with(Frame::clone).ok()
 }
 
-/// Runs `f` (one poll of a locked body) with `held` as the innermost lock.
-pub(crate) fn within<R>(held: &Arc<HeldLock>, f: impl FnOnce() -> R) -> R {
-    CURRENT.sync_scope(held.clone(), f)
+/// The lock of the innermost locked call whose body is running: the one it
+/// took, or the one it re-entered.
+pub(crate) fn innermost_held() -> Option<Arc<HeldLock>> {
+    CURRENT.try_with(|frame| frame.held().clone()).ok()
 }
 
-/// Runs `f` (dropping a locked body) with `held` as the innermost lock, as
-/// its polls ran, when the task-local can still be set; without it when the
+/// Runs `f` (one poll of a locked body) with `frame` as the innermost.
+pub(crate) fn within<R>(frame: &Frame, f: impl FnOnce() -> R) -> R {
+    CURRENT.sync_scope(frame.clone(), f)
+}
+
+/// Runs `f` (dropping a locked body) with `frame` as the innermost, as its
+/// polls ran, when the task-local can still be set; without it when the
 /// thread's locals are being destroyed (a runtime dropped at thread exit),
 /// where [`within`] would panic inside a destructor.
-pub(crate) fn drop_within(held: &Arc<HeldLock>, f: impl FnOnce()) {
+pub(crate) fn drop_within(frame: &Frame, f: impl FnOnce()) {
     /// Runs its closure when dropped; never polled.
     struct OnDrop<F: FnOnce()>(Option<F>);
 
@@ -86,63 +92,5 @@ pub(crate) fn drop_within(held: &Arc<HeldLock>, f: impl FnOnce()) {
 
     // tokio's scope drops an unfinished future inside the scope when it can,
     // and outside it, without panicking, when it cannot.
-    drop(CURRENT.scope(held.clone(), OnDrop(Some(f))));
-}
-
-/// An owner id as the backend knows it: `<client id>:<n>`, where `n`
-/// numbers the owners (outermost locked calls) of the client.
-///
-/// Written on the stack when a request needs it: a held lock keeps only its
-/// owner's number, and taking a lock allocates no id.
-#[derive(Clone, Copy)]
-pub(crate) struct OwnerId {
-    len: u8,
-    bytes: [u8; OwnerId::CAPACITY],
-}
-
-impl OwnerId {
-    /// A client id (a UUID in 32 hex digits), a colon and a `u64`.
-    const CAPACITY: usize = 32 + 1 + 20;
-
-    pub(crate) fn new(client: &str, n: u64) -> Self {
-        let mut id = OwnerId {
-            len: 0,
-            bytes: [0; Self::CAPACITY],
-        };
-        write!(id, "{client}:{n}").expect("a client id is 32 characters");
-        id
-    }
-}
-
-impl fmt::Write for OwnerId {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        let start = usize::from(self.len);
-        let end = start + s.len();
-        let to = self.bytes.get_mut(start..end).ok_or(fmt::Error)?;
-        to.copy_from_slice(s.as_bytes());
-        self.len = u8::try_from(end).map_err(|_| fmt::Error)?;
-        Ok(())
-    }
-}
-
-impl Deref for OwnerId {
-    type Target = str;
-
-    fn deref(&self) -> &str {
-        // Only whole `str`s are written.
-        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).expect("UTF-8")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::OwnerId;
-
-    #[test]
-    fn the_longest_owner_id_fits() {
-        let client = "0123456789abcdef0123456789abcdef";
-        let id = OwnerId::new(client, u64::MAX);
-        assert_eq!(&*id, format!("{client}:{}", u64::MAX));
-        assert_eq!(&*OwnerId::new(client, 7), format!("{client}:7"));
-    }
+    drop(CURRENT.scope(frame.clone(), OnDrop(Some(f))));
 }

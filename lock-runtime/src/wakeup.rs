@@ -31,15 +31,15 @@ struct Line {
     queue: VecDeque<u64>,
 }
 
-/// Called with a key when its last waiter leaves.
-type OnIdle = Box<dyn Fn(Box<str>) + Send + Sync>;
+/// Called with a key when its first waiter comes or its last one leaves.
+type OnChange = Box<dyn Fn(&str) + Send + Sync>;
 
 /// The waiters of one client, by full lock key.
 #[derive(Default)]
 pub(crate) struct Waiters {
     lines: Mutex<HashMap<Box<str>, Line>>,
     tickets: AtomicU64,
-    on_idle: OnceLock<OnIdle>,
+    on_change: OnceLock<OnChange>,
 }
 
 impl Waiters {
@@ -47,9 +47,16 @@ impl Waiters {
         f(&mut self.lines.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    /// Sets what runs when the last waiter on a key leaves (once).
-    pub(crate) fn on_idle(&self, f: impl Fn(Box<str>) + Send + Sync + 'static) {
-        let _ = self.on_idle.set(Box::new(f));
+    /// Sets what runs when the first waiter on a key comes or the last one
+    /// leaves (once).
+    pub(crate) fn on_change(&self, f: impl Fn(&str) + Send + Sync + 'static) {
+        let _ = self.on_change.set(Box::new(f));
+    }
+
+    fn changed(&self, key: &str) {
+        if let Some(on_change) = self.on_change.get() {
+            on_change(key);
+        }
     }
 
     /// Whether somebody here waits on `key`: a newcomer then queues behind.
@@ -60,14 +67,21 @@ impl Waiters {
     /// Queues a waiter on `key`, behind those already there.
     pub(crate) fn join(self: &Arc<Self>, key: &str) -> Ticket {
         let number = self.tickets.fetch_add(1, Ordering::Relaxed);
-        let slot = self.with(|lines| {
-            let line = lines.entry(key.into()).or_insert_with(|| Line {
-                slot: Arc::default(),
-                queue: VecDeque::new(),
+        let (slot, first) = self.with(|lines| {
+            let mut first = false;
+            let line = lines.entry(key.into()).or_insert_with(|| {
+                first = true;
+                Line {
+                    slot: Arc::default(),
+                    queue: VecDeque::new(),
+                }
             });
             line.queue.push_back(number);
-            line.slot.clone()
+            (line.slot.clone(), first)
         });
+        if first {
+            self.changed(key);
+        }
         Ticket {
             waiters: self.clone(),
             key: key.into(),
@@ -97,7 +111,7 @@ impl Waiters {
 }
 
 /// One waiter's place in line. Dropping it leaves the line; the last one
-/// out on a key runs the `on_idle` hook.
+/// out on a key runs the `on_change` hook.
 pub(crate) struct Ticket {
     waiters: Arc<Waiters>,
     key: Box<str>,
@@ -149,9 +163,7 @@ impl Drop for Ticket {
             self.slot.notify.notify_waiters();
         }
         if last {
-            if let Some(on_idle) = self.waiters.on_idle.get() {
-                on_idle(std::mem::take(&mut self.key));
-            }
+            self.waiters.changed(&self.key);
         }
     }
 }

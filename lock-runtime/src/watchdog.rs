@@ -7,9 +7,11 @@
 //! `renewal_batch_size` locks each (512 by default), so a client holding
 //! many locks with the same lease sends a few commands per period, not one
 //! per lock. A renewal that finds a lock gone or taken marks it lost at
-//! once; a renewal that fails (Redis down or slow) is retried until the
-//! lock's validity runs out, which the body's watcher
-//! reports as lost.
+//! once; a renewal that fails (Redis down or slow, or on Redlock too few
+//! nodes answering either way) is retried until the lock's validity runs
+//! out, which the body's watcher reports as lost. Either way the client's
+//! line for the key is woken at once, so that its head tries the lock
+//! rather than sleeping until its own deadline.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -19,10 +21,11 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::{Backend, RenewItem};
+use crate::backend::{Backend, RenewItem, Renewal};
+use crate::error::LossReason;
 use crate::held::HeldLock;
-use crate::ownership::OwnerId;
-use crate::LossReason;
+use crate::owner_id::OwnerId;
+use crate::wakeup::Waiters;
 
 /// The locks that the watchdog renews.
 pub(crate) struct Registry {
@@ -32,16 +35,25 @@ pub(crate) struct Registry {
     wake_at_ms: AtomicU64,
     epoch: Instant,
     changed: Notify,
+    /// Woken on a key when its lock is found lost.
+    waiters: Arc<Waiters>,
 }
 
 impl Registry {
-    pub(crate) fn new() -> Arc<Self> {
+    pub(crate) fn new(waiters: Arc<Waiters>) -> Arc<Self> {
         Arc::new(Registry {
             locks: Mutex::new(HashMap::new()),
             wake_at_ms: AtomicU64::new(u64::MAX),
             epoch: Instant::now(),
             changed: Notify::new(),
+            waiters,
         })
+    }
+
+    /// Marks `held` lost and wakes this client's line for its key.
+    fn lose(&self, held: &HeldLock, reason: LossReason) {
+        held.lose(reason);
+        self.waiters.wake_release(held.key.as_bytes(), 0);
     }
 
     fn with<R>(&self, f: impl FnOnce(&mut HashMap<u64, Arc<HeldLock>>) -> R) -> R {
@@ -83,7 +95,7 @@ impl Registry {
             locks.retain(|_, held| match held.valid_until() {
                 Some(until) if until > now => true,
                 _ => {
-                    held.lose(LossReason::Expired);
+                    self.lose(held, LossReason::Expired);
                     false
                 }
             });
@@ -153,24 +165,29 @@ async fn renew(registry: &Registry, backend: &Backend, due: &[Arc<HeldLock>], ba
             .collect();
         let sent = Instant::now();
         match backend.renew(&items).await {
-            Ok(renewed) => {
-                for (held, ok) in batch.iter().zip(renewed) {
-                    if ok {
-                        held.renewed(sent);
-                    } else {
-                        tracing::warn!(key = &*held.key, "lock lost: renewal found it gone");
-                        registry.unregister(held.id);
-                        held.lose(LossReason::Taken);
+            Ok(found) => {
+                for (held, renewal) in batch.iter().zip(found) {
+                    match renewal {
+                        Renewal::Renewed => held.renewed(sent),
+                        Renewal::Gone => {
+                            tracing::warn!(key = &*held.key, "lock lost: renewal found it gone");
+                            registry.unregister(held.id);
+                            registry.lose(held, LossReason::Taken);
+                        }
+                        Renewal::Unknown => retry_soon(held),
                     }
                 }
             }
             Err(error) => {
                 tracing::warn!(%error, locks = batch.len(), "lock renewal failed; retrying");
-                for held in batch {
-                    let retry = (held.renew_interval() / 3).max(Duration::from_millis(10));
-                    held.schedule_renewal(Instant::now() + retry);
-                }
+                batch.iter().for_each(|held| retry_soon(held));
             }
         }
     }
+}
+
+/// Schedules another renewal of `held` soon: a third of its interval.
+fn retry_soon(held: &HeldLock) {
+    let retry = (held.renew_interval() / 3).max(Duration::from_millis(10));
+    held.schedule_renewal(Instant::now() + retry);
 }

@@ -1,15 +1,14 @@
-//! The embedded backend: the same lock semantics inside one process.
+//! The embedded backend: the same lock semantics inside this process.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::{Acquire, Release, RenewItem};
+use super::{Acquire, Release, RenewItem, Renewal};
 
 struct Entry {
     owner: Box<str>,
-    count: u32,
     expires: Instant,
     token: u64,
 }
@@ -27,22 +26,19 @@ impl MemoryBackend {
         f(&mut self.locks.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
+    /// Takes `key` for the acquisition `owner`; the same acquisition asking
+    /// again gets its token back.
     pub(crate) fn acquire(&self, key: &str, owner: &str, lease: Duration) -> Acquire {
         let now = Instant::now();
-        self.with(|locks| match locks.get_mut(key) {
+        self.with(|locks| match locks.get(key) {
             Some(e) if e.expires > now && &*e.owner != owner => {
                 Acquire::Held(Some(e.expires - now))
             }
-            Some(e) if e.expires > now => {
-                e.count += 1;
-                e.expires = now + lease;
-                Acquire::Acquired(e.token)
-            }
+            Some(e) if e.expires > now => Acquire::Acquired(e.token),
             _ => {
                 let token = self.tokens.fetch_add(1, Ordering::Relaxed) + 1;
                 let entry = Entry {
                     owner: owner.into(),
-                    count: 1,
                     expires: now + lease,
                     token,
                 };
@@ -54,12 +50,8 @@ impl MemoryBackend {
 
     pub(crate) fn release(&self, key: &str, owner: &str) -> Release {
         let now = Instant::now();
-        self.with(|locks| match locks.get_mut(key) {
+        self.with(|locks| match locks.get(key) {
             Some(e) if e.expires > now && &*e.owner == owner => {
-                e.count -= 1;
-                if e.count > 0 {
-                    return Release::StillHeld;
-                }
                 locks.remove(key);
                 Release::Freed
             }
@@ -71,7 +63,7 @@ impl MemoryBackend {
         })
     }
 
-    pub(crate) fn renew(&self, items: &[RenewItem<'_>]) -> Vec<bool> {
+    pub(crate) fn renew(&self, items: &[RenewItem<'_>]) -> Vec<Renewal> {
         let now = Instant::now();
         self.with(|locks| {
             items
@@ -79,9 +71,9 @@ impl MemoryBackend {
                 .map(|item| match locks.get_mut(item.key) {
                     Some(e) if e.expires > now && &*e.owner == item.owner => {
                         e.expires = now + item.lease;
-                        true
+                        Renewal::Renewed
                     }
-                    _ => false,
+                    _ => Renewal::Gone,
                 })
                 .collect()
         })

@@ -2,8 +2,10 @@
 //! (Redlock), or this process's memory.
 //!
 //! Every backend answers the same three questions, each decided atomically:
-//! take (or re-enter) a lock, give one hold back, and reset the leases of a
-//! batch of held locks.
+//! take a lock for one acquisition, free it, and reset the leases of a batch
+//! of held locks. Each acquisition has an owner id of its own (see
+//! `docs/redis-layout.md`); re-entry is decided in the process and never
+//! reaches a backend.
 
 pub(crate) mod local;
 pub(crate) mod memory;
@@ -17,6 +19,7 @@ use ::redis::RedisError;
 use tokio::runtime;
 
 use crate::error::NodeFailure;
+use crate::io::polled_on;
 
 /// Why a backend could not answer.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +34,19 @@ pub(crate) enum BackendError {
         reached: usize,
         failures: Vec<NodeFailure>,
     },
+}
+
+impl BackendError {
+    /// Whether the request may still have run (or may yet run) on the
+    /// server: a timeout, a dropped connection, too few Redlock nodes.
+    pub(crate) fn outcome_unknown(&self) -> bool {
+        match self {
+            BackendError::Redis(e) => {
+                e.is_timeout() || e.is_io_error() || e.is_connection_dropped()
+            }
+            BackendError::NoQuorum { .. } => true,
+        }
+    }
 }
 
 impl From<RedisError> for BackendError {
@@ -51,12 +67,22 @@ pub(crate) enum Acquire {
 /// The answer to a release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Release {
-    /// The lock is free: waiters should be woken.
+    /// The acquisition held the lock until now; it is free.
     Freed,
-    /// The owner still holds it (a hold count above one).
-    StillHeld,
-    /// The owner did not hold it any more.
+    /// The acquisition did not hold it any more (it expired, or was erased
+    /// or taken): nothing changed.
     NotHeld,
+}
+
+/// What a renewal found, for one lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// Its lease was reset.
+    Renewed,
+    /// It is gone or held by another owner (on Redlock: a quorum said so).
+    Gone,
+    /// Not known (nodes did not answer in time): try again.
+    Unknown,
 }
 
 /// One lock to renew: its key, its owner and its lease.
@@ -104,13 +130,14 @@ impl Backend {
     ) -> Result<Acquire, BackendError> {
         match self {
             Backend::Redis(b) => Ok(b.acquire(route, key, owner, lease).await?),
-            Backend::Redlock(b) => b.acquire(key, owner, lease).await,
+            Backend::Redlock(b) => polled_on(b.home(), b.acquire(key, owner, lease)).await,
             Backend::Memory(b) => Ok(b.acquire(key, owner, lease)),
         }
     }
 
-    /// Gives back one hold; `token` goes out with the release notice, so
-    /// that a waiter told by several nodes wakes once.
+    /// Frees the lock if `owner` (one acquisition) holds it; `token` goes
+    /// out with the release notice, so that a waiter told by several nodes
+    /// wakes once.
     pub(crate) async fn release(
         &self,
         route: &Route,
@@ -120,13 +147,16 @@ impl Backend {
     ) -> Result<Release, BackendError> {
         match self {
             Backend::Redis(b) => Ok(b.release(route, key, owner, token).await?),
-            Backend::Redlock(b) => b.release(key, owner, token).await,
+            Backend::Redlock(b) => polled_on(b.home(), b.release(key, owner, token)).await,
             Backend::Memory(b) => Ok(b.release(key, owner)),
         }
     }
 
-    /// One flag per item: whether its lease was reset.
-    pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<bool>, BackendError> {
+    /// What the renewal found, per item.
+    pub(crate) async fn renew(
+        &self,
+        items: &[RenewItem<'_>],
+    ) -> Result<Vec<Renewal>, BackendError> {
         match self {
             Backend::Redis(b) => Ok(b.renew(items).await?),
             Backend::Redlock(b) => b.renew(items).await,

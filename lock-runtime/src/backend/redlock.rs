@@ -4,8 +4,14 @@
 //! timeout, so a node that is down or frozen costs only that timeout. A lock
 //! is taken when a majority (N/2 + 1) took it within its lease; otherwise the
 //! holds that were taken are given back and the caller retries. A renewal
-//! that no majority confirms means the lock is lost. The fencing token is the
-//! largest token of the nodes that granted the lock.
+//! that a majority confirms keeps the lock; one that a majority refuses means
+//! it is lost; anything in between (nodes that did not answer) is retried
+//! until the lock's validity ends.
+//!
+//! The fencing token is the largest token of the nodes that granted the
+//! lock, written back to the granting nodes that answered less before the
+//! lock counts as taken: a quorum then keeps it, and any later quorum
+//! includes one of those nodes, which answers a larger token.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,7 +21,7 @@ use redis::RedisError;
 use tokio::time::Instant;
 
 use super::redis::RedisBackend;
-use super::{Acquire, BackendError, Release, RenewItem, Route};
+use super::{Acquire, BackendError, Release, RenewItem, Renewal, Route};
 use crate::error::NodeFailure;
 
 /// One master.
@@ -45,6 +51,12 @@ impl RedlockBackend {
             node_timeout,
             drift_factor,
         }
+    }
+
+    /// The client's runtime, where the node operations' timers run: the
+    /// caller's runtime may have no timer.
+    pub(crate) fn home(&self) -> &tokio::runtime::Handle {
+        self.nodes[0].backend.home()
     }
 
     /// How many nodes make a majority.
@@ -116,13 +128,16 @@ impl RedlockBackend {
                 Err(_) => {}
             }
         }
-        let in_time = sent.elapsed() + drift < lease;
-        if tokens.len() >= self.quorum() && in_time {
+        if tokens.len() >= self.quorum() {
             let token = tokens.iter().copied().max().unwrap_or_default();
-            return Ok(Acquire::Acquired(token));
+            let kept = self.write_back(&answers, key, owner, token).await;
+            if kept >= self.quorum() && sent.elapsed() + drift < lease {
+                return Ok(Acquire::Acquired(token));
+            }
         }
-        if !tokens.is_empty() {
-            // No quorum in time: give back what was taken, on every node.
+        if !tokens.is_empty() || answers.iter().any(Result::is_err) {
+            // Not taken: give back what was taken, on every node, also where
+            // the acquire failed (it may still land there).
             let _ = self
                 .on_all(|node| node.release(&Route::Home, key, owner, 0))
                 .await;
@@ -142,6 +157,37 @@ impl RedlockBackend {
         Ok(Acquire::Held(Some(random_delay())))
     }
 
+    /// Writes `token` back to the nodes that granted the lock with a smaller
+    /// one; how many granting nodes now keep `token`.
+    async fn write_back(
+        &self,
+        answers: &Answers<Acquire>,
+        key: &str,
+        owner: &str,
+        token: u64,
+    ) -> usize {
+        let granted = |i: usize| matches!(answers[i], Ok(Acquire::Acquired(_)));
+        let behind = |i: usize| matches!(answers[i], Ok(Acquire::Acquired(t)) if t < token);
+        let keeping = (0..self.nodes.len())
+            .filter(|&i| granted(i) && !behind(i))
+            .count();
+        if (0..self.nodes.len()).all(|i| !behind(i)) {
+            return keeping;
+        }
+        let timeout = self.node_timeout;
+        let writes = self.nodes.iter().enumerate().map(|(i, node)| async move {
+            if !behind(i) {
+                return false;
+            }
+            let write = node.backend.fence(key, owner, token);
+            matches!(tokio::time::timeout(timeout, write).await, Ok(Ok(true)))
+        });
+        let written = futures_util::future::join_all(writes).await;
+        keeping + written.into_iter().filter(|w| *w).count()
+    }
+
+    /// Freed when a quorum freed the owner's hold; not held when a quorum
+    /// did not have it; otherwise not known (an error).
     pub(crate) async fn release(
         &self,
         key: &str,
@@ -151,39 +197,53 @@ impl RedlockBackend {
         let answers = self
             .on_all(|node| node.release(&Route::Home, key, owner, token))
             .await;
-        let held = answers
+        let freed = answers
             .iter()
-            .filter(|a| matches!(a, Ok(Release::Freed | Release::StillHeld)))
+            .filter(|a| matches!(a, Ok(Release::Freed)))
             .count();
-        let failed = answers.iter().filter(|a| a.is_err()).count();
-        if held >= self.quorum() {
-            let still = answers.iter().any(|a| matches!(a, Ok(Release::StillHeld)));
-            return Ok(if still {
-                Release::StillHeld
-            } else {
-                Release::Freed
-            });
+        let not_held = answers
+            .iter()
+            .filter(|a| matches!(a, Ok(Release::NotHeld)))
+            .count();
+        if freed >= self.quorum() {
+            return Ok(Release::Freed);
         }
-        if held + failed >= self.quorum() {
-            // The failed nodes may have held it: we cannot tell.
-            return Err(self.no_quorum(self.nodes.len() - failed, answers));
+        if not_held >= self.quorum() {
+            return Ok(Release::NotHeld);
         }
-        Ok(Release::NotHeld)
+        // The failed nodes may have held it: we cannot tell.
+        Err(self.no_quorum(freed + not_held, answers))
     }
 
-    /// A lock is renewed when a majority reset its lease.
-    pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<bool>, BackendError> {
+    /// A lock is renewed when a majority reset its lease, gone when a
+    /// majority said it is gone or another owner's, and not known otherwise.
+    pub(crate) async fn renew(
+        &self,
+        items: &[RenewItem<'_>],
+    ) -> Result<Vec<Renewal>, BackendError> {
         let answers = self.on_all(|node| node.renew(items)).await;
         if answers.iter().all(|a| a.is_err()) {
             return Err(self.no_quorum(0, answers));
         }
-        let mut confirmed = vec![0; items.len()];
-        for renewed in answers.iter().flatten() {
-            for (count, ok) in confirmed.iter_mut().zip(renewed) {
-                *count += usize::from(*ok);
+        let mut renewed = vec![0; items.len()];
+        let mut gone = vec![0; items.len()];
+        for found in answers.iter().flatten() {
+            for (i, renewal) in found.iter().enumerate() {
+                renewed[i] += usize::from(*renewal == Renewal::Renewed);
+                gone[i] += usize::from(*renewal == Renewal::Gone);
             }
         }
-        Ok(confirmed.into_iter().map(|n| n >= self.quorum()).collect())
+        let quorum = self.quorum();
+        let decide = |(renewed, gone): (usize, usize)| {
+            if renewed >= quorum {
+                Renewal::Renewed
+            } else if gone >= quorum {
+                Renewal::Gone
+            } else {
+                Renewal::Unknown
+            }
+        };
+        Ok(renewed.into_iter().zip(gone).map(decide).collect())
     }
 
     /// Subscribes on every node; enough if one node will tell.

@@ -1,0 +1,44 @@
+-- Take a lock for one acquisition, and give it its fencing token.
+-- KEYS[1]  the lock: a string `L1:<fence>:<state>:<owner>` with the lease as
+--          its expiry (see docs/redis-layout.md); state `h` held, `w` held
+--          and waited for (its release publishes), `f` free
+-- ARGV[1]  the acquisition's owner id
+-- ARGV[2]  the lease in milliseconds
+-- Returns one integer (a table would cost the server more):
+-- the fencing token (> 0) when ARGV[1] holds the lock: a new token, or the
+-- same one when this acquisition already holds it (a retried request; its
+-- lease is left as it is);
+-- -2 - ttl when another owner holds it, where ttl is the holder's remaining
+-- lease in milliseconds (so -1 when the key has no expiry).
+-- Errors with LOCKLAYOUT when the key holds anything else.
+--
+-- A new token is the larger of the kept token + 1 and the server time in
+-- microseconds, so tokens keep increasing when the key is gone and when an
+-- older value comes back (a restart from a snapshot), as long as the server
+-- clock does not step back.
+local key, owner = KEYS[1], ARGV[1]
+local value = redis.pcall('get', key)
+local fence = 0
+if value then
+  local kept, state, holder
+  if type(value) == 'string' then
+    kept, state, holder = string.match(value, '^L1:(%d+):(%a):(.*)$')
+  end
+  if not kept then
+    return redis.error_reply('LOCKLAYOUT ' .. key .. ' holds no lock of layout 1 (an older lock-runtime, another library, or not a lock)')
+  end
+  if state ~= 'f' then
+    if holder == owner then
+      return tonumber(kept)
+    end
+    if state == 'h' then
+      redis.call('set', key, 'L1:' .. kept .. ':w:' .. holder, 'keepttl')
+    end
+    return -2 - redis.call('pttl', key)
+  end
+  fence = tonumber(kept)
+end
+local now = redis.call('time')
+local token = math.max(fence + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+redis.call('set', key, 'L1:' .. string.format('%d', token) .. ':h:' .. owner, 'px', ARGV[2])
+return token

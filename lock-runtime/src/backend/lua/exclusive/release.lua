@@ -1,0 +1,32 @@
+-- Free a lock held by one acquisition.
+-- KEYS[1]  the lock (see acquire.lua)
+-- ARGV[1]  the acquisition's owner id
+-- ARGV[2]  the releasing client's id, so it can skip its own news
+-- ARGV[3]  the fencing token of the hold, so a waiter told by several
+--          nodes (Redlock) wakes once
+-- The freed lock keeps its fence and the rest of its lease as its expiry.
+-- When freed, publishes `ARGV[2]:ARGV[3]` on the channel named KEYS[1] if a
+-- caller found the lock held (uncontended releases publish nothing).
+-- Returns 1 when the lock was freed,
+-- -1 when ARGV[1] did not hold it (it expired or was taken): nothing changed.
+-- Errors with LOCKLAYOUT when the key holds anything else.
+local key = KEYS[1]
+local value = redis.pcall('get', key)
+if not value then
+  return -1
+end
+local fence, state, holder
+if type(value) == 'string' then
+  fence, state, holder = string.match(value, '^L1:(%d+):(%a):(.*)$')
+end
+if not fence then
+  return redis.error_reply('LOCKLAYOUT ' .. key .. ' holds no lock of layout 1 (an older lock-runtime, another library, or not a lock)')
+end
+if state == 'f' or holder ~= ARGV[1] then
+  return -1
+end
+redis.call('set', key, 'L1:' .. fence .. ':f:', 'keepttl')
+if state == 'w' then
+  redis.call('publish', key, ARGV[2] .. ':' .. ARGV[3])
+end
+return 1

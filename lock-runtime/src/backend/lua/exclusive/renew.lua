@@ -1,0 +1,20 @@
+-- Reset the lease of many held locks in one call.
+-- KEYS[i]      a lock (see acquire.lua)
+-- ARGV[2i-1]   the owner id of the acquisition that holds KEYS[i]
+-- ARGV[2i]     the lease of KEYS[i] in milliseconds
+-- Returns an array: 1 where the owner still held the lock and its lease was
+-- reset, 0 where the lock is gone, free, held by another owner, or holds
+-- something else (a wrong type fails only its own lock, not the batch).
+local renewed = {}
+for i, key in ipairs(KEYS) do
+  renewed[i] = 0
+  local value = redis.pcall('get', key)
+  if type(value) == 'string' then
+    local holder = string.match(value, '^L1:%d+:[hw]:(.*)$')
+    if holder == ARGV[2 * i - 1] then
+      redis.call('pexpire', key, ARGV[2 * i])
+      renewed[i] = 1
+    end
+  end
+end
+return renewed

@@ -1,0 +1,196 @@
+//! Taking a lock: try at once, or wait in this client's line for wake-ups
+//! from releases or for the holder's lease to run out.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::backend::{Acquire, BackendError, Route};
+use crate::client::LockClient;
+use crate::error::LockError;
+use crate::held::{Frame, HeldLock, Term};
+use crate::locking::backend_error;
+use crate::owner_id::OwnerId;
+
+/// How long a waiter sleeps when the holder's lock has no expiry (someone
+/// changed the key by hand), before it tries again.
+const NO_TTL_RETRY: Duration = Duration::from_millis(100);
+
+/// One call's request to take a lock.
+pub(crate) struct Request {
+    pub key: String,
+    pub parent: Option<Frame>,
+    pub term: Term,
+    pub wait: Duration,
+    /// The connection the call's requests take.
+    pub route: Route,
+}
+
+/// Takes the lock for a new acquisition, waiting up to `wait`.
+pub(crate) async fn acquire(client: &LockClient, request: Request) -> Result<HeldLock, LockError> {
+    let inner = &client.inner;
+    let start = Instant::now();
+    let Request {
+        key,
+        parent,
+        term,
+        wait,
+        route,
+    } = request;
+    let id = client.new_lock_id();
+    // The acquisition's owner id; the checker's proof can make nested
+    // calls share the body's instead.
+    let owner = match &parent {
+        Some(parent) if cfg!(feature = "defect-shared-owner") => parent.held().owner,
+        _ => id,
+    };
+    let owner_id = OwnerId::new(&inner.id, owner);
+    let held = |key: String, token: u64, sent: Instant| {
+        let chain = (inner.id.clone(), parent);
+        let prefix = inner.prefix.len();
+        HeldLock::new(id, chain, (key, prefix), owner, term, token, sent)
+    };
+    let lease = term.lease;
+
+    // Try at once, unless others here already wait for this key: then queue
+    // behind them. A zero wait always tries once.
+    if wait.is_zero() || !inner.waiters.is_waited(&key) {
+        match attempt(client, &route, &key, &owner_id, lease).await {
+            Ok(Acquire::Acquired(token)) => return Ok(held(key, token, start)),
+            Ok(Acquire::Held(_)) if wait.is_zero() => {
+                return Err(LockError::Timeout {
+                    key,
+                    waited: start.elapsed(),
+                })
+            }
+            Ok(Acquire::Held(_)) => {}
+            Err(source) => return Err(backend_error(&key, source)),
+        }
+    }
+
+    // The waiting part is boxed: its state is large, and only contended calls
+    // need it.
+    let line = Line {
+        client,
+        route: &route,
+        key: &key,
+        owner: &owner_id,
+        lease,
+    };
+    let (token, sent) = Box::pin(line.wait(start, start + wait)).await?;
+    Ok(held(key, token, sent))
+}
+
+/// A contended acquire.
+struct Line<'a> {
+    client: &'a LockClient,
+    route: &'a Route,
+    key: &'a str,
+    owner: &'a OwnerId,
+    lease: Duration,
+}
+
+impl Line<'_> {
+    /// Waits in this client's line for the key until the lock is taken (its
+    /// token and when the winning request was sent) or `deadline`.
+    ///
+    /// Joining the line subscribes the client to the key's releases in the
+    /// background; no step here waits for that. The line is woken when the
+    /// subscription is confirmed, so a release before then is not missed.
+    async fn wait(self, start: Instant, deadline: Instant) -> Result<(u64, Instant), LockError> {
+        let inner = &self.client.inner;
+        let ticket = inner.waiters.join(self.key);
+        // When the head tries again without news: the holder's expiry.
+        let mut retry_at = deadline;
+        loop {
+            // Listen before trying, so a release in between counts.
+            let notified = ticket.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let head = ticket.is_head();
+            if head {
+                let sent = Instant::now();
+                let answer = attempt(self.client, self.route, self.key, self.owner, self.lease);
+                match answer.await {
+                    Ok(Acquire::Acquired(token)) => {
+                        ticket.acquired();
+                        return Ok((token, sent));
+                    }
+                    Ok(Acquire::Held(ttl)) => {
+                        let ttl = ttl.unwrap_or(NO_TTL_RETRY).max(Duration::from_millis(1));
+                        // A TTL set by hand may be beyond any deadline.
+                        retry_at = Instant::now()
+                            .checked_add(ttl)
+                            .map_or(deadline, |at| at.min(deadline));
+                    }
+                    Err(source) => return Err(backend_error(self.key, source)),
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(LockError::Timeout {
+                    key: self.key.to_owned(),
+                    waited: now - start,
+                });
+            }
+            // On the client's runtime's timer: the caller's runtime may have
+            // none.
+            let sleep = inner.io.sleep_until(if head { retry_at } else { deadline });
+            tokio::select! {
+                () = &mut notified => {}
+                () = sleep => {}
+            }
+        }
+    }
+}
+
+/// One acquire request. If the call is dropped while the request is in
+/// flight, or the request fails with its outcome unknown (a timeout, a
+/// dropped connection), it may still take the lock in the backend: a release
+/// of this acquisition follows it on the same connection (the same route),
+/// so the lock is not left to its lease.
+async fn attempt(
+    client: &LockClient,
+    route: &Route,
+    key: &str,
+    owner: &OwnerId,
+    lease: Duration,
+) -> Result<Acquire, BackendError> {
+    struct InFlight<'a> {
+        client: &'a LockClient,
+        route: &'a Route,
+        key: &'a str,
+        owner: &'a OwnerId,
+        done: bool,
+    }
+    impl Drop for InFlight<'_> {
+        fn drop(&mut self) {
+            if self.done {
+                return;
+            }
+            let client = self.client.clone();
+            let (route, key, owner) = (self.route.clone(), self.key.to_owned(), *self.owner);
+            self.client.inner.io.spawn(async move {
+                let backend = &client.inner.backend;
+                let released = backend.release(&route, &key, &owner, 0).await;
+                if released.is_err() {
+                    // The caller's runtime, which drives a local connection,
+                    // has ended or does not run, or the connection broke: by
+                    // now the acquire has landed or never will, so the
+                    // client's connection can follow it.
+                    let _ = backend.release(&Route::Home, &key, &owner, 0).await;
+                }
+            });
+        }
+    }
+    let mut in_flight = InFlight {
+        client,
+        route,
+        key,
+        owner,
+        done: false,
+    };
+    let outcome = client.inner.backend.acquire(route, key, owner, lease).await;
+    in_flight.done = !matches!(&outcome, Err(error) if error.outcome_unknown());
+    outcome
+}

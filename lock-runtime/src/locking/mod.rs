@@ -1,0 +1,341 @@
+//! One locked call: re-enter or acquire (waiting for wake-ups), run the body
+//! while watching for loss, release. Each phase but the run has a module.
+
+mod acquire;
+mod release;
+
+use std::future::Future;
+use std::mem;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use pin_project_lite::pin_project;
+
+use crate::backend::{BackendError, Route};
+use crate::client::LockClient;
+use crate::error::{LockError, LossReason};
+use crate::held::{Frame, HeldLock, Term};
+use crate::options::LockOptions;
+use crate::ownership;
+use acquire::Request;
+use release::{release, release_later, Released};
+
+/// Runs `body` under the lock `key` (a full backend key) of `client`.
+pub(crate) fn run<T, E, F>(
+    client: &LockClient,
+    key: String,
+    options: LockOptions,
+    body: F,
+) -> Locked<'_, F, T, E>
+where
+    F: Future<Output = Result<T, E>>,
+    E: From<LockError>,
+{
+    Locked {
+        client,
+        phase: Phase::Start { key, options },
+        body: Some(body),
+    }
+}
+
+pin_project! {
+    /// A locked call: takes the lock (or finds it held around the call),
+    /// runs the body under it while watching for loss, then releases it.
+    ///
+    /// Written out by hand, not as an `async fn`, so that the body's future
+    /// is stored once, in place, and the call adds only a few words to it
+    /// while the lock is held (an `async fn` would keep the body twice, as
+    /// its argument and as the future it polls). The steps before and after
+    /// the body (acquire, release) are boxed, so that their larger states are
+    /// not kept meanwhile.
+    ///
+    /// Dropped while it holds the lock (cancelled, or the body panicked),
+    /// it drops the body and releases the lock in the background.
+    pub(crate) struct Locked<'a, F, T, E> {
+        client: &'a LockClient,
+        phase: Phase<'a, T, E>,
+        // `None` once the call has ended, or the lock was lost.
+        #[pin]
+        body: Option<F>,
+    }
+
+    impl<'a, F, T, E> PinnedDrop for Locked<'a, F, T, E> {
+        fn drop(this: Pin<&mut Self>) {
+            let mut this = this.project();
+            let held = match mem::replace(this.phase, Phase::Done) {
+                Phase::Holding(frame) => {
+                    // In the lock's scope, where the body ran.
+                    ownership::drop_within(&frame, || this.body.set(None));
+                    frame.held().clone()
+                }
+                Phase::Reentered(frame) => {
+                    ownership::drop_within(&frame, || this.body.set(None));
+                    return;
+                }
+                // The release may not have reached the backend; another one
+                // can only free this acquisition's hold.
+                Phase::Releasing { held, .. } => held,
+                _ => return,
+            };
+            this.client.inner.registry.unregister(held.id);
+            release_later(this.client, held, Route::Home);
+        }
+    }
+}
+
+/// Taking the lock: boxed, so that its state is not kept while the lock is
+/// held, and a trait object, since an `async fn`'s future type has no name.
+type Acquiring<'a> = Pin<Box<dyn Future<Output = Result<HeldLock, LockError>> + Send + 'a>>;
+
+/// Giving the lock back (see [`release`]).
+type Releasing<'a> = Pin<Box<dyn Future<Output = Released> + Send + 'a>>;
+
+/// Where a [`Locked`] call is.
+enum Phase<'a, T, E> {
+    /// Not polled yet: whether the lock is held around the call is known
+    /// only when it runs.
+    Start {
+        key: String,
+        options: LockOptions,
+    },
+    Acquiring(Acquiring<'a>),
+    /// The body runs under the lock that this call took (the frame's).
+    Holding(Frame),
+    /// The body runs under the same lock, held around this call.
+    Reentered(Frame),
+    /// The body has ended with `result`; the lock is being released.
+    Releasing {
+        held: Arc<HeldLock>,
+        releasing: Releasing<'a>,
+        result: Result<T, E>,
+    },
+    Done,
+}
+
+/// What one poll of the body under the lock came to.
+enum Step<T, E> {
+    /// The body returned.
+    Returned(Result<T, E>),
+    /// The lock was found lost before the poll: the body was not polled.
+    Lost(LossReason),
+}
+
+impl<F, T, E> Future for Locked<'_, F, T, E>
+where
+    F: Future<Output = Result<T, E>>,
+    E: From<LockError>,
+{
+    type Output = Result<T, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let client = *this.client;
+        loop {
+            match this.phase {
+                Phase::Start { .. } => {
+                    let Phase::Start { key, options } = mem::replace(this.phase, Phase::Done)
+                    else {
+                        unreachable!()
+                    };
+                    match start(client, key, options) {
+                        Ok(phase) => *this.phase = phase,
+                        Err(error) => {
+                            this.body.set(None);
+                            return Poll::Ready(Err(E::from(error)));
+                        }
+                    }
+                }
+                Phase::Acquiring(acquiring) => match ready!(acquiring.as_mut().poll(cx)) {
+                    Ok(held) => {
+                        let held = Arc::new(held);
+                        client.inner.registry.register(held.clone());
+                        *this.phase = Phase::Holding(Frame::Taken(held));
+                    }
+                    Err(error) => {
+                        *this.phase = Phase::Done;
+                        this.body.set(None);
+                        return Poll::Ready(Err(E::from(error)));
+                    }
+                },
+                Phase::Reentered(frame) => {
+                    // No waker to leave: the call that took the lock runs
+                    // this one inside its body, and stops it on loss.
+                    let body = this.body.as_mut();
+                    let step = ready!(ownership::within(frame, || watch(frame.held(), body, cx)));
+                    let held = frame.held().clone();
+                    *this.phase = Phase::Done;
+                    this.body.set(None);
+                    return Poll::Ready(match step {
+                        Step::Returned(result) => result,
+                        Step::Lost(reason) => Err(E::from(lost(&held, reason))),
+                    });
+                }
+                Phase::Holding(frame) => {
+                    let held = frame.held().clone();
+                    held.wake_on_loss(cx.waker());
+                    let body = this.body.as_mut();
+                    let step = ready!(ownership::within(frame, || watch(&held, body, cx)));
+                    *this.phase = Phase::Done;
+                    this.body.set(None);
+                    client.inner.registry.unregister(held.id);
+                    let result = match step {
+                        Step::Returned(result) if !held.is_lost() => result,
+                        Step::Returned(_) => {
+                            let reason = held.check_now().unwrap_or(LossReason::Taken);
+                            return Poll::Ready(Err(E::from(on_loss(client, held, reason))));
+                        }
+                        Step::Lost(reason) => {
+                            return Poll::Ready(Err(E::from(on_loss(client, held, reason))));
+                        }
+                    };
+                    // Polled in the caller's task: the caller's runtime's
+                    // connection if it has one.
+                    let route = client.inner.backend.route();
+                    let owned = held.clone();
+                    *this.phase = Phase::Releasing {
+                        releasing: Box::pin(async move { release(client, &owned, &route).await }),
+                        held,
+                        result,
+                    };
+                }
+                Phase::Releasing { releasing, .. } => {
+                    let released = ready!(releasing.as_mut().poll(cx));
+                    let Phase::Releasing { held, result, .. } =
+                        mem::replace(this.phase, Phase::Done)
+                    else {
+                        unreachable!()
+                    };
+                    return Poll::Ready(finish(&held, result, released));
+                }
+                Phase::Done => panic!("a locked call was polled after it returned"),
+            }
+        }
+    }
+}
+
+/// The first step of a call, when it is first polled: re-enter a lock held
+/// around it, or start taking the lock.
+fn start<'a, T, E>(
+    client: &'a LockClient,
+    key: String,
+    options: LockOptions,
+) -> Result<Phase<'a, T, E>, LockError> {
+    let inner = &client.inner;
+    let parent = ownership::innermost();
+    if let Some(held) = ownership::held(&inner.id, &key) {
+        let outer = parent.expect("a held lock is in a chain");
+        return Ok(Phase::Reentered(Frame::Reentered(Arc::new((held, outer)))));
+    }
+    if key.len() == inner.prefix.len() {
+        return Err(LockError::Invalid {
+            key,
+            message: "the key is empty",
+        });
+    }
+    let lease = options.lease_or(inner.lease).min(LockOptions::LONGEST);
+    if lease < LockOptions::SHORTEST_LEASE {
+        return Err(LockError::Invalid {
+            key,
+            message: "the lease must be at least 10 ms (shorter ones end within the clock-drift margin)",
+        });
+    }
+    let wait = options.wait_or(inner.wait).min(LockOptions::LONGEST);
+    let term = Term {
+        lease,
+        drift: lease.mul_f64(inner.drift_factor) + Duration::from_millis(2),
+        renew: options.renews(),
+    };
+    // Chosen here, in the caller's task: a connection of the caller's
+    // runtime if it has one.
+    let route = inner.backend.route();
+    let request = Request {
+        key,
+        parent,
+        term,
+        wait,
+        route,
+    };
+    Ok(Phase::Acquiring(Box::pin(acquire::acquire(client, request))))
+}
+
+/// One poll of the body, unless the lock is found lost.
+///
+/// Before every poll of the body the lock's validity is checked against the
+/// clock, so a body resumed after a pause past its lease (a stopped process,
+/// a starved runtime) is stopped before it runs on, even if the watchdog has
+/// not marked the loss yet.
+fn watch<T, E, F>(
+    held: &HeldLock,
+    body: Pin<&mut Option<F>>,
+    cx: &mut Context<'_>,
+) -> Poll<Step<T, E>>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    if let Some(reason) = held.check_now() {
+        return Poll::Ready(Step::Lost(reason));
+    }
+    let body = body
+        .as_pin_mut()
+        .expect("the body runs until the call ends");
+    body.poll(cx).map(Step::Returned)
+}
+
+/// The error of a call whose lock `held` was lost for `reason`.
+fn lost(held: &HeldLock, reason: LossReason) -> LockError {
+    LockError::Lost {
+        key: held.key.clone(),
+        reason,
+    }
+}
+
+/// A lock found lost while its body ran: frees whatever may remain of it in
+/// the backend, in the background (Redis may be unreachable: the caller does
+/// not wait), and wakes this client's line for the key at once.
+fn on_loss(client: &LockClient, held: Arc<HeldLock>, reason: LossReason) -> LockError {
+    let error = lost(&held, reason);
+    client.inner.waiters.wake_release(held.key.as_bytes(), 0);
+    release_later(client, held, Route::Home);
+    error
+}
+
+/// The call's result, once the lock is given back: the body's, unless the
+/// release showed that the lock was not held to the end, which matters more
+/// than what the body returned.
+fn finish<T, E: From<LockError>>(
+    held: &HeldLock,
+    result: Result<T, E>,
+    released: Released,
+) -> Result<T, E> {
+    let reason = match released {
+        Released::Freed => return result,
+        // The body outlived its lease, or the lock was erased or taken
+        // while the body ran (a Redis restart, say, before any renewal could
+        // notice).
+        Released::NotHeld => held.check_now().unwrap_or(LossReason::Taken),
+        Released::Unknown => LossReason::Unconfirmed,
+    };
+    Err(E::from(lost(held, reason)))
+}
+
+/// The error for a backend failure on `key`.
+pub(crate) fn backend_error(key: &str, error: BackendError) -> LockError {
+    match error {
+        BackendError::Redis(source) => LockError::Backend {
+            key: key.to_owned(),
+            source,
+        },
+        BackendError::NoQuorum {
+            needed,
+            reached,
+            failures,
+        } => LockError::NoQuorum {
+            key: key.to_owned(),
+            needed,
+            reached,
+            failures,
+        },
+    }
+}

@@ -1,0 +1,68 @@
+//! Giving a lock back, and what the release tells about the hold.
+
+use std::sync::Arc;
+
+use crate::backend::{Release, Route};
+use crate::client::LockClient;
+use crate::held::HeldLock;
+use crate::locking::backend_error;
+
+/// How a release ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The acquisition held the lock to the end; it is free now.
+    Freed,
+    /// The acquisition did not hold it any more.
+    NotHeld,
+    /// Redis could not be reached, twice: whether the lock was still held
+    /// is not known (it expires with its lease if it was).
+    Unknown,
+}
+
+/// Frees the lock `held` took, on `route` (the call's connection), and wakes
+/// this client's waiters on its key. A release that fails is sent once more
+/// on the client's connection, which the first failure has made anew.
+///
+/// Awaited when the body ends; in the background when the call is dropped
+/// (cancelled, or the body panicked) or the lock was found lost.
+pub(crate) async fn release(client: &LockClient, held: &HeldLock, route: &Route) -> Released {
+    let inner = &client.inner;
+    let owner = held.owner_id();
+    let backend = &inner.backend;
+    let mut answer = backend.release(route, &held.key, &owner, held.token).await;
+    if answer.is_err() {
+        answer = backend
+            .release(&Route::Home, &held.key, &owner, held.token)
+            .await;
+    }
+    let released = match answer {
+        Ok(Release::Freed) => Released::Freed,
+        Ok(Release::NotHeld) => Released::NotHeld,
+        Err(error) => {
+            let error = backend_error(&held.key, error);
+            tracing::warn!(%error, "release failed twice; the lock expires with its lease");
+            if cfg!(feature = "defect-ok-after-unknown-release") {
+                Released::Freed
+            } else {
+                Released::Unknown
+            }
+        }
+    };
+    // Freed, or not held any more: the waiters here have no other release
+    // to wait for, so they should try now.
+    let token = if released == Released::Freed {
+        held.token
+    } else {
+        0
+    };
+    inner.waiters.wake_release(held.key.as_bytes(), token);
+    released
+}
+
+/// Releases `held` in the background, on the client's runtime.
+pub(crate) fn release_later(client: &LockClient, held: Arc<HeldLock>, route: Route) {
+    let owned = client.clone();
+    client.inner.io.spawn(async move {
+        release(&owned, &held, &route).await;
+    });
+}

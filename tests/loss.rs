@@ -21,14 +21,11 @@ async fn a_renewal_that_finds_the_lock_gone_stops_the_body() {
         .arg("lock:vanishing")
         .query(&mut server.connection())
         .expect("DEL");
-    let _: () = redis::cmd("HSET")
+    let _: () = redis::cmd("SET")
         .arg("lock:vanishing")
-        .arg("owner")
-        .arg("intruder")
-        .arg("holds")
-        .arg(1)
+        .arg("L1:1:h:intruder")
         .query(&mut server.connection())
-        .expect("HSET");
+        .expect("SET");
     let deleted = Instant::now();
     let result = holder.outcome().await;
     match result {

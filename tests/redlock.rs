@@ -129,15 +129,10 @@ async fn a_frozen_node_costs_only_its_timeout() {
 async fn a_stale_foreign_lock_on_a_minority_does_not_block_a_quorum() {
     let cluster = Cluster::start();
     for node in &cluster.nodes[..2] {
-        let _: () = redis::pipe()
-            .cmd("HSET")
+        let _: () = redis::cmd("SET")
             .arg("lock:contested")
-            .arg("owner")
-            .arg("someone-else")
-            .arg("holds")
-            .arg(1)
-            .cmd("PEXPIRE")
-            .arg("lock:contested")
+            .arg("L1:1:h:someone-else")
+            .arg("PX")
             .arg(60_000)
             .query(&mut node.connection())
             .expect("stale lock");

@@ -1,25 +1,28 @@
-//! The Lua scripts' contract, called directly on a real redis-server: what
-//! the Redis backend relies on when it takes, re-enters, releases and renews
-//! a lock.
+//! The Lua scripts' contract (layout 1, see docs/redis-layout.md), called
+//! directly on a real redis-server: what the Redis backend relies on when it
+//! takes, releases and renews a lock.
 mod support;
 
 use redis::{Connection, Script};
-use support::RedisServer;
+use support::{parse_lock, RedisServer};
 
 const KEY: &str = "lock:scripted";
 const LEASE_MS: u64 = 30_000;
 
-fn acquire_script() -> Script {
-    Script::new(include_str!("../lock-runtime/src/backend/lua/acquire.lua"))
-}
-
-fn release_script() -> Script {
-    Script::new(include_str!("../lock-runtime/src/backend/lua/release.lua"))
+fn script(name: &str) -> Script {
+    let source = match name {
+        "acquire" => include_str!("../lock-runtime/src/backend/lua/exclusive/acquire.lua"),
+        "release" => include_str!("../lock-runtime/src/backend/lua/exclusive/release.lua"),
+        "renew" => include_str!("../lock-runtime/src/backend/lua/exclusive/renew.lua"),
+        "fence" => include_str!("../lock-runtime/src/backend/lua/exclusive/fence.lua"),
+        _ => unreachable!(),
+    };
+    Script::new(source)
 }
 
 /// acquire.lua's answer: the token (> 0), or -2 - the holder's TTL.
 fn acquire(con: &mut Connection, owner: &str) -> i64 {
-    acquire_script()
+    script("acquire")
         .key(KEY)
         .arg(owner)
         .arg(LEASE_MS)
@@ -27,9 +30,9 @@ fn acquire(con: &mut Connection, owner: &str) -> i64 {
         .expect("acquire.lua")
 }
 
-/// release.lua's answer: 1 freed, 0 still held, -1 not held.
+/// release.lua's answer: 1 freed, -1 not held by `owner`.
 fn release(con: &mut Connection, owner: &str, token: i64) -> i64 {
-    release_script()
+    script("release")
         .key(KEY)
         .arg(owner)
         .arg("client-a")
@@ -38,110 +41,204 @@ fn release(con: &mut Connection, owner: &str, token: i64) -> i64 {
         .expect("release.lua")
 }
 
-fn field(con: &mut Connection, name: &str) -> Option<String> {
-    redis::cmd("HGET")
-        .arg(KEY)
-        .arg(name)
+fn value(con: &mut Connection) -> Option<(u64, String, String)> {
+    let value: Option<String> = redis::cmd("GET").arg(KEY).query(con).expect("GET");
+    value.map(|v| parse_lock(&v).expect("layout 1"))
+}
+
+fn set(con: &mut Connection, key: &str, value: &str) {
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("PX")
+        .arg(LEASE_MS)
         .query(con)
-        .expect("HGET")
+        .expect("SET");
+}
+
+fn pttl(con: &mut Connection) -> i64 {
+    redis::cmd("PTTL").arg(KEY).query(con).expect("PTTL")
 }
 
 #[test]
-fn a_hold_is_counted_and_given_back_one_at_a_time() {
+fn one_acquisition_holds_and_frees_the_lock() {
     let server = RedisServer::start();
     let mut con = server.connection();
 
     let token = acquire(&mut con, "a:1");
     assert!(token > 0, "{token}");
-    // The same owner again: a re-entry keeps its token and counts a hold.
-    assert_eq!(acquire(&mut con, "a:1"), token);
-    assert_eq!(field(&mut con, "holds").as_deref(), Some("2"));
-
-    assert_eq!(release(&mut con, "a:1", token), 0, "one hold left");
-    assert_eq!(field(&mut con, "owner").as_deref(), Some("a:1"));
-    assert_eq!(release(&mut con, "a:1", token), 1, "freed");
-    assert_eq!(field(&mut con, "owner"), None);
-    assert_eq!(release(&mut con, "a:1", token), -1, "not held any more");
-
-    // The freed key keeps its token, and the next holder gets the next one.
-    let token_str = token.to_string();
     assert_eq!(
-        field(&mut con, "fence").as_deref(),
-        Some(token_str.as_str())
+        value(&mut con),
+        Some((token as u64, "h".into(), "a:1".into()))
     );
-    assert_eq!(acquire(&mut con, "b:1"), token + 1);
+    assert!(pttl(&mut con) > LEASE_MS as i64 - 5_000);
+
+    // Another acquisition, even of the same client, is another owner.
+    let busy = acquire(&mut con, "a:2");
+    assert!(busy <= -2, "{busy}");
+    assert_eq!(release(&mut con, "a:2", 0), -1, "not its hold");
+
+    assert_eq!(release(&mut con, "a:1", token), 1);
+    assert_eq!(
+        release(&mut con, "a:1", token),
+        -1,
+        "a second release changes nothing"
+    );
+    // The freed lock keeps its fence for the rest of its lease.
+    assert_eq!(
+        value(&mut con),
+        Some((token as u64, "f".into(), String::new()))
+    );
+    let next = acquire(&mut con, "a:2");
+    assert!(next > token, "{token} then {next}");
 }
 
 #[test]
-fn another_owner_gets_the_holders_ttl_and_cannot_release() {
+fn an_acquire_seen_twice_answers_its_own_token_and_leaves_the_lease() {
     let server = RedisServer::start();
     let mut con = server.connection();
-
     let token = acquire(&mut con, "a:1");
-    let answer = acquire(&mut con, "b:1");
-    let ttl = -2 - answer;
-    assert!(ttl > 25_000 && ttl <= 30_000, "answer {answer}");
-    assert_eq!(release(&mut con, "b:1", token), -1);
-    assert_eq!(field(&mut con, "owner").as_deref(), Some("a:1"));
-
-    // A holder whose key has no expiry (changed by hand): -1.
-    let _: () = redis::cmd("PERSIST")
+    let _: () = redis::cmd("PEXPIRE")
         .arg(KEY)
+        .arg(5_000)
         .query(&mut con)
-        .expect("PERSIST");
-    assert_eq!(acquire(&mut con, "b:1"), -1);
+        .expect("PEXPIRE");
+    assert_eq!(acquire(&mut con, "a:1"), token, "the same acquisition");
+    assert!(pttl(&mut con) <= 5_000, "the lease is not reset");
 }
 
 #[test]
-fn only_a_release_that_someone_waited_for_publishes() {
+fn a_stale_release_cannot_free_a_later_hold() {
     let server = RedisServer::start();
     let mut con = server.connection();
+    let first = acquire(&mut con, "a:1");
+    assert_eq!(release(&mut con, "a:1", first), 1);
+    let second = acquire(&mut con, "a:2");
+    // The first acquisition's release arrives again, late.
+    assert_eq!(release(&mut con, "a:1", first), -1);
+    assert_eq!(value(&mut con).expect("held").2, "a:2");
+    assert_eq!(release(&mut con, "a:2", second), 1);
+}
 
-    // Uncontended: nothing published.
-    server.reset_stats();
+#[test]
+fn tokens_pass_an_older_kept_token_and_the_clock() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    // A restore from a snapshot brings back an old, small fence.
+    set(&mut con, KEY, "L1:5:f:");
+    let token = acquire(&mut con, "a:1") as u64;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_micros() as u64;
+    assert!(token > 5, "{token}");
+    assert!(
+        token.abs_diff(now) < 60_000_000,
+        "server time in µs: {token} vs {now}"
+    );
+    // A kept fence ahead of the clock goes on from there.
+    release(&mut con, "a:1", token as i64);
+    let ahead = now * 2;
+    set(&mut con, KEY, &format!("L1:{ahead}:f:"));
+    assert_eq!(acquire(&mut con, "a:2") as u64, ahead + 1);
+}
+
+#[test]
+fn only_a_waited_release_publishes() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    let reset: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut con)
+        .expect("RESETSTAT");
+    let () = reset;
+
     let token = acquire(&mut con, "a:1");
     assert_eq!(release(&mut con, "a:1", token), 1);
-    assert_eq!(server.command_calls("publish"), 0);
+    assert_eq!(server.command_calls("publish"), 0, "nobody waited");
 
-    // Contended: the failed acquire marks the lock, the release publishes
-    // `<client id>:<token>` on the key's channel and clears the mark.
-    let mut listener = server.connection();
-    let mut pubsub = listener.as_pubsub();
-    pubsub.subscribe(KEY).expect("SUBSCRIBE");
-    let token = acquire(&mut con, "a:2");
-    assert!(acquire(&mut con, "b:1") < 0);
-    assert_eq!(field(&mut con, "waited").as_deref(), Some("1"));
-    assert_eq!(release(&mut con, "a:2", token), 1);
-    pubsub
-        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
-        .expect("read timeout");
-    let message = pubsub.get_message().expect("the release notice");
-    assert_eq!(message.get_channel_name(), KEY);
-    let payload: String = message.get_payload().expect("text");
-    assert_eq!(payload, format!("client-a:{token}"));
-    assert_eq!(field(&mut con, "waited"), None);
+    let token = acquire(&mut con, "a:1");
+    assert!(acquire(&mut con, "b:1") <= -2);
+    assert_eq!(value(&mut con).expect("held").1, "w", "marked");
+    assert_eq!(release(&mut con, "a:1", token), 1);
+    assert_eq!(server.command_calls("publish"), 1);
 }
 
 #[test]
-fn renewal_resets_only_the_leases_still_held_by_their_owner() {
+fn foreign_values_fail_the_call_and_renewals_of_other_locks_go_on() {
     let server = RedisServer::start();
     let mut con = server.connection();
-    let renew = Script::new(include_str!("../lock-runtime/src/backend/lua/renew.lua"));
+    // A lock of the older layout (a hash), and another library's string.
+    let _: () = redis::cmd("HSET")
+        .arg(KEY)
+        .arg("owner")
+        .arg("old:1")
+        .arg("holds")
+        .arg(1)
+        .query(&mut con)
+        .expect("HSET");
+    let error = script("acquire")
+        .key(KEY)
+        .arg("a:1")
+        .arg(LEASE_MS)
+        .invoke::<i64>(&mut con)
+        .expect_err("a hash is no lock of layout 1");
+    assert!(error.to_string().contains("LOCKLAYOUT"), "{error}");
+    set(&mut con, "lock:other", "someone else's text");
+    let error = script("release")
+        .key("lock:other")
+        .arg("a:1")
+        .arg("client-a")
+        .arg(1)
+        .invoke::<i64>(&mut con)
+        .expect_err("a release that meets it is no success");
+    assert!(error.to_string().contains("LOCKLAYOUT"), "{error}");
 
-    acquire(&mut con, "a:1");
-    let renewed: Vec<i64> = renew
-        .key(KEY)
-        .arg("a:1")
-        .arg(60_000)
-        .key("lock:absent")
-        .arg("a:1")
-        .arg(60_000)
-        .key(KEY)
-        .arg("b:1")
-        .arg(60_000)
+    // A renewal batch with them in it renews the others.
+    let _: () = redis::cmd("DEL")
+        .arg("lock:mine")
+        .query(&mut con)
+        .expect("DEL");
+    let mine: i64 = script("acquire")
+        .key("lock:mine")
+        .arg("a:9")
+        .arg(LEASE_MS)
         .invoke(&mut con)
-        .expect("renew.lua");
-    assert_eq!(renewed, [1, 0, 0]);
-    let ttl: i64 = redis::cmd("PTTL").arg(KEY).query(&mut con).expect("PTTL");
-    assert!(ttl > 55_000, "{ttl}");
+        .expect("acquire");
+    assert!(mine > 0);
+    let renewed: Vec<i64> = script("renew")
+        .key(KEY)
+        .arg("a:1")
+        .arg(LEASE_MS)
+        .key("lock:other")
+        .arg("a:1")
+        .arg(LEASE_MS)
+        .key("lock:mine")
+        .arg("a:9")
+        .arg(LEASE_MS)
+        .invoke(&mut con)
+        .expect("renew");
+    assert_eq!(renewed, [0, 0, 1]);
+}
+
+#[test]
+fn the_fence_script_raises_only_the_owners_token() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    let token = acquire(&mut con, "a:1");
+    let fence = |con: &mut Connection, owner: &str, token: i64| -> i64 {
+        script("fence")
+            .key(KEY)
+            .arg(owner)
+            .arg(token)
+            .invoke(con)
+            .expect("fence.lua")
+    };
+    assert_eq!(fence(&mut con, "b:1", token + 100), 0, "not the holder");
+    assert_eq!(value(&mut con).expect("held").0, token as u64);
+    assert_eq!(fence(&mut con, "a:1", token + 100), 1);
+    assert_eq!(fence(&mut con, "a:1", token + 50), 1, "never lowers it");
+    assert_eq!(value(&mut con).expect("held").0, token as u64 + 100);
+    assert_eq!(release(&mut con, "a:1", token + 100), 1);
+    assert!(acquire(&mut con, "b:1") > token + 100);
 }

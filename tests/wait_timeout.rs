@@ -183,12 +183,9 @@ on_both_backends! {
         match &env.server {
             Some(server) => {
                 let marked = support::eventually(Duration::from_secs(10), || {
-                    let waited: Option<String> = redis::cmd("HGET")
-                        .arg("lock:longest")
-                        .arg("waited")
-                        .query(&mut server.connection())
-                        .expect("HGET");
-                    waited.is_some()
+                    server
+                        .lock_value("lock:longest")
+                        .is_some_and(|(_, state, _)| state == "w")
                 })
                 .await;
                 assert!(marked, "the waiter tried and waits");

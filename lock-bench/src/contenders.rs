@@ -23,12 +23,12 @@ pub const PREFIX: &str = "lock:";
 /// The library's own scripts, called directly: the floor.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(include_str!(
-        "../../lock-runtime/src/backend/lua/acquire.lua"
+        "../../lock-runtime/src/backend/lua/exclusive/acquire.lua"
     ))
 });
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(include_str!(
-        "../../lock-runtime/src/backend/lua/release.lua"
+        "../../lock-runtime/src/backend/lua/exclusive/release.lua"
     ))
 });
 /// A fencing token from acquire.lua, given back to release.lua (`ARGV[3]`).

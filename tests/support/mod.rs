@@ -130,19 +130,29 @@ impl RedisServer {
         self.spawn();
     }
 
-    /// The owner holding the lock `key` (full key) and its hold count, if
-    /// any: the lock hash's `owner` and `holds` fields.
+    /// The owner holding the lock `key` (full key) and its fence, if any:
+    /// from the lock's value `L1:<fence>:<state>:<owner>` (see
+    /// docs/redis-layout.md), held when the state is `h` or `w`.
     pub fn owners(&self, key: &str) -> Vec<(String, u64)> {
-        let (owner, holds): (Option<String>, Option<u64>) = redis::cmd("HMGET")
+        let value: Option<String> = redis::cmd("GET")
             .arg(key)
-            .arg("owner")
-            .arg("holds")
             .query(&mut self.connection())
-            .expect("HMGET");
-        owner
-            .map(|owner| (owner, holds.expect("a hold count")))
+            .expect("GET");
+        value
+            .and_then(|value| parse_lock(&value))
+            .filter(|(_, state, _)| state != "f")
+            .map(|(fence, _, owner)| (owner, fence))
             .into_iter()
             .collect()
+    }
+
+    /// The lock `key`'s value as (fence, state, owner), if it has one.
+    pub fn lock_value(&self, key: &str) -> Option<(u64, String, String)> {
+        let value: Option<String> = redis::cmd("GET")
+            .arg(key)
+            .query(&mut self.connection())
+            .expect("GET");
+        value.and_then(|value| parse_lock(&value))
     }
 
     /// How many times each command ran, from INFO commandstats.
@@ -485,4 +495,14 @@ pub async fn increment_under_lock(
     for handle in handles {
         handle.await.expect("task");
     }
+}
+
+/// A lock value of layout 1, `L1:<fence>:<state>:<owner>`, as (fence, state,
+/// owner).
+pub fn parse_lock(value: &str) -> Option<(u64, String, String)> {
+    let mut parts = value.strip_prefix("L1:")?.splitn(3, ':');
+    let fence = parts.next()?.parse().ok()?;
+    let state = parts.next()?.to_owned();
+    let owner = parts.next()?.to_owned();
+    Some((fence, state, owner))
 }

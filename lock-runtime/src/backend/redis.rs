@@ -29,7 +29,8 @@ fn acquire_source() -> String {
     if cfg!(feature = "defect-token-without-clock") {
         // The checker's proof: tokens without the clock repeat after a
         // restore from a snapshot.
-        let rule = "local token = math.max(fence + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))";
+        let rule =
+            "local token = math.max(fence + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))";
         let without = "local token = fence + 1\nif fence == 0 then token = tonumber(now[1]) * 1000000 + tonumber(now[2]) end";
         assert!(source.contains(rule));
         return source.replace(rule, without);

@@ -238,7 +238,8 @@ fn start<'a, T, E>(
     if lease < LockOptions::SHORTEST_LEASE {
         return Err(LockError::Invalid {
             key,
-            message: "the lease must be at least 10 ms (shorter ones end within the clock-drift margin)",
+            message:
+                "the lease must be at least 10 ms (shorter ones end within the clock-drift margin)",
         });
     }
     let wait = options.wait_or(inner.wait).min(LockOptions::LONGEST);
@@ -257,7 +258,9 @@ fn start<'a, T, E>(
         wait,
         route,
     };
-    Ok(Phase::Acquiring(Box::pin(acquire::acquire(client, request))))
+    Ok(Phase::Acquiring(Box::pin(acquire::acquire(
+        client, request,
+    ))))
 }
 
 /// One poll of the body, unless the lock is found lost.

@@ -129,3 +129,29 @@ on_both_backends! {
         assert_eq!(dropped, token, "dropped inside the lock's scope");
     }
 }
+
+/// An acquire that times out on the client can still run on the server
+/// later: a release of that acquisition follows it, so the lock is not left
+/// held by an owner that gave up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_that_times_out_is_followed_by_its_release() {
+    let server = support::RedisServer::start();
+    let client = lock_runtime::LockClient::builder()
+        .command_timeout(Duration::from_millis(300))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    server.pause();
+    let options = LockOptions::new().lease(Duration::from_secs(30));
+    let result = client
+        .run_locked("late", options, async { Ok::<_, LockError>(()) })
+        .await;
+    assert!(matches!(result, Err(LockError::Backend { .. })), "{result:?}");
+    // The acquire, queued in the socket, runs when the server thaws.
+    server.resume();
+    let freed = support::eventually(Duration::from_secs(5), || {
+        server.owners("lock:late").is_empty()
+    })
+    .await;
+    assert!(freed, "still held: {:?}", server.lock_value("lock:late"));
+}

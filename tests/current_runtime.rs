@@ -37,3 +37,35 @@ async fn exclusion_renewal_and_wake_up_on_the_current_runtime() {
         .await
         .expect("held throughout");
 }
+
+/// A contended call on a runtime built without a timer waits on the
+/// client's timer instead of panicking.
+#[test]
+fn a_runtime_without_a_timer_can_wait() {
+    let server = RedisServer::start();
+    let setup = tokio::runtime::Runtime::new().expect("runtime");
+    let client = setup
+        .block_on(LockClient::connect(&server.url()))
+        .expect("connect");
+    let holder = setup.block_on(support::Holder::start(
+        &client,
+        "timerless",
+        LockOptions::new(),
+    ));
+    let no_timer = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .expect("runtime");
+    let waiter = std::thread::spawn({
+        let client = client.clone();
+        move || {
+            let options = LockOptions::new().wait(Duration::from_secs(10));
+            no_timer.block_on(client.run_locked("timerless", options, async {
+                Ok::<_, LockError>(())
+            }))
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    setup.block_on(holder.release()).expect("holder");
+    waiter.join().expect("no panic").expect("taken after the release");
+}

@@ -97,3 +97,118 @@ async fn locks_forgotten_by_a_restart_are_found_lost_at_the_next_renewal() {
         restarted.elapsed()
     );
 }
+
+/// A loss wakes this client's waiters at once: the key is free in Redis,
+/// and the head must not sleep until the holder's lease would have ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loss_wakes_the_line_at_once() {
+    let server = RedisServer::start();
+    let client = LockClient::builder()
+        .default_lease(Duration::from_secs(9))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let holder = Holder::start(&client, "dropped", LockOptions::new()).await;
+    let waiter = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let forever = LockOptions::new().wait(Duration::MAX);
+            client
+                .run_locked("dropped", forever, async { Ok::<_, LockError>(Instant::now()) })
+                .await
+        }
+    });
+    // The waiter has tried and marked the lock.
+    let marked = support::eventually(Duration::from_secs(5), || {
+        server
+            .lock_value("lock:dropped")
+            .is_some_and(|(_, state, _)| state == "w")
+    })
+    .await;
+    assert!(marked);
+    let _: () = redis::cmd("DEL")
+        .arg("lock:dropped")
+        .query(&mut server.connection())
+        .expect("DEL");
+    // Found at the next renewal (3 s), long before the 9 s lease.
+    let lost = holder.outcome().await;
+    assert!(matches!(lost, Err(LockError::Lost { .. })), "{lost:?}");
+    let found = Instant::now();
+    let taken = waiter.await.expect("waiter").expect("taken");
+    assert!(
+        taken.saturating_duration_since(found) < Duration::from_secs(2),
+        "{:?}",
+        taken.saturating_duration_since(found)
+    );
+}
+
+/// A restart erases the lock while the body runs, before any renewal; the
+/// first command on the old connection (the release) fails: it is sent
+/// again, finds the lock gone, and the call reports the loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_after_a_restart_reports_the_loss() {
+    let mut server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let result = client
+        .run_locked("restarted", LockOptions::new(), async {
+            server.restart();
+            Ok::<_, LockError>("the body finished")
+        })
+        .await;
+    match result {
+        Err(LockError::Lost { reason, .. }) => assert_eq!(reason, LossReason::Taken),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+}
+
+/// Redis is gone when the body ends: whether the lock was held to the end is
+/// unknown, which is not a success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_cannot_reach_redis_is_no_success() {
+    let mut server = RedisServer::start();
+    let client = LockClient::builder()
+        .connect_timeout(Duration::from_millis(300))
+        .command_timeout(Duration::from_millis(300))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let result = client
+        .run_locked("unreachable", LockOptions::new(), async {
+            server.stop();
+            Ok::<_, LockError>(())
+        })
+        .await;
+    match result {
+        Err(LockError::Lost { reason, .. }) => assert_eq!(reason, LossReason::Unconfirmed),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+}
+
+/// Another program writes a hash at one lock's name: that lock is lost, and
+/// the renewal of the other locks in its batch goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_value_fails_only_its_own_lock() {
+    let server = RedisServer::start();
+    let client = LockClient::builder()
+        .default_lease(Duration::from_millis(900))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let spoiled = Holder::start(&client, "spoiled", LockOptions::new()).await;
+    let kept = Holder::start(&client, "kept", LockOptions::new()).await;
+    let mut con = server.connection();
+    let _: () = redis::cmd("DEL").arg("lock:spoiled").query(&mut con).expect("DEL");
+    let _: () = redis::cmd("HSET")
+        .arg("lock:spoiled")
+        .arg("job")
+        .arg("x")
+        .query(&mut con)
+        .expect("HSET");
+    match spoiled.outcome().await {
+        Err(LockError::Lost { reason, .. }) => assert_eq!(reason, LossReason::Taken),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    // Several leases later, the other lock is still renewed.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    kept.release().await.expect("still held");
+}

@@ -278,3 +278,63 @@ fn a_node_connected_late_outlives_the_runtime_that_first_used_it() {
         .block_on(once(&client, "late", Duration::ZERO))
         .expect("nodes 1 and 2 grant it from another runtime");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_given_twice_is_refused() {
+    let cluster = Cluster::start();
+    let urls = cluster.urls();
+    let twice = [urls[0].as_str(), urls[0].as_str(), urls[1].as_str()];
+    let error = LockClient::redlock(&twice).await.expect_err("refused");
+    assert!(matches!(error, LockError::Connect(_)), "{error:?}");
+    assert!(error.to_string().contains("cannot connect") || format!("{error:?}").contains("twice"));
+    assert!(format!("{error:?}").contains("twice"), "{error:?}");
+}
+
+/// Two of three nodes answer late for a while, shorter than the lock's
+/// validity: the renewal is retried, and the lock is kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_that_nodes_answer_late_is_retried() {
+    let cluster = Cluster::start();
+    let client = cluster
+        .client(LockClient::builder().default_lease(Duration::from_secs(3)))
+        .await;
+    let holder = Holder::start(&client, "patient", LockOptions::new()).await;
+    // Across the first renewal, at 1 s.
+    cluster.nodes[0].pause();
+    cluster.nodes[1].pause();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    cluster.nodes[0].resume();
+    cluster.nodes[1].resume();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    holder.release().await.expect("kept through the late answers");
+}
+
+/// A node that gave a larger token than the others (its clock ahead, say)
+/// leaves the quorum: the next quorum still gives a larger token, because
+/// the holder wrote its token back to the nodes that granted it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_go_up_when_the_node_that_gave_the_largest_leaves() {
+    let mut cluster = Cluster::start();
+    let ahead: u64 = 1 << 52;
+    for node in &cluster.nodes[..1] {
+        let _: () = redis::cmd("SET")
+            .arg("lock:moving")
+            .arg(format!("L1:{ahead}:f:"))
+            .arg("PX")
+            .arg(60_000)
+            .query(&mut node.connection())
+            .expect("SET");
+    }
+    let client = cluster.client(LockClient::builder()).await;
+    let once = LockOptions::new().wait(Duration::from_secs(2));
+    let token = || {
+        client.run_locked("moving", once, async {
+            Ok::<_, LockError>(lock_runtime::fencing_token().expect("held"))
+        })
+    };
+    let first = token().await.expect("first");
+    assert_eq!(first, ahead + 1);
+    cluster.nodes[0].stop();
+    let second = token().await.expect("second, without node 0");
+    assert!(second > first, "{first} then {second}");
+}

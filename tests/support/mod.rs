@@ -36,6 +36,8 @@ pub struct RedisServer {
     child: Option<Child>,
     dir: TempDir,
     socket: PathBuf,
+    /// Whether it loads and writes an RDB snapshot in its directory.
+    persistent: bool,
 }
 
 impl RedisServer {
@@ -47,12 +49,31 @@ impl RedisServer {
             child: None,
             dir,
             socket,
+            persistent: false,
         };
         server.spawn();
         server
     }
 
+    /// Starts a server that loads its RDB snapshot when restarted; take one
+    /// with [`RedisServer::snapshot`].
+    pub fn start_persistent() -> RedisServer {
+        let mut server = RedisServer::start();
+        server.persistent = true;
+        server
+    }
+
+    /// Writes an RDB snapshot (`SAVE`): a restart brings this state back.
+    pub fn snapshot(&self) {
+        let _: () = redis::cmd("SAVE")
+            .query(&mut self.connection())
+            .expect("SAVE");
+    }
+
     fn spawn(&mut self) {
+        if !self.persistent {
+            let _ = std::fs::remove_file(self.dir.path().join("dump.rdb"));
+        }
         let child = Command::new("redis-server")
             .args(["--port", "0", "--save", "", "--appendonly", "no"])
             .arg("--unixsocket")
@@ -124,7 +145,8 @@ impl RedisServer {
         assert!(status.success(), "kill {signal} {pid}");
     }
 
-    /// Starts the server again on the same socket, empty.
+    /// Starts the server again on the same socket: empty, or from its last
+    /// snapshot if it is persistent.
     pub fn restart(&mut self) {
         self.stop();
         self.spawn();

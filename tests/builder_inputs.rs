@@ -18,3 +18,25 @@ async fn a_drift_factor_out_of_range_or_not_a_number_is_clamped() {
         assert!(result.is_ok(), "factor {factor}: {result:?}");
     }
 }
+
+/// A lease shorter than the drift margin would always end in `Lost`: the
+/// call is refused before it takes anything.
+#[tokio::test]
+async fn a_lease_too_short_for_the_drift_margin_is_refused() {
+    let client = LockClient::in_memory();
+    for lease in [Duration::ZERO, Duration::from_millis(2), Duration::from_millis(9)] {
+        let options = LockOptions::new().lease(lease);
+        let result = client
+            .run_locked("short", options, async { Ok::<_, LockError>(()) })
+            .await;
+        assert!(
+            matches!(&result, Err(LockError::Invalid { key, .. }) if key == "lock:short"),
+            "{lease:?}: {result:?}"
+        );
+    }
+    let options = LockOptions::new().lease(LockOptions::SHORTEST_LEASE);
+    let result = client
+        .run_locked("short", options, async { Ok::<_, LockError>(()) })
+        .await;
+    assert!(result.is_ok(), "{result:?}");
+}

@@ -117,7 +117,12 @@ fn string_lit(value: Expr, name: &str, example: &str) -> syn::Result<LitStr> {
     }
 }
 
-/// A duration string in milliseconds, for `lease` (never zero) or `wait`.
+/// The shortest lease, in milliseconds: the runtime's
+/// `LockOptions::SHORTEST_LEASE`.
+const SHORTEST_LEASE_MS: u64 = 10;
+
+/// A duration string in milliseconds, for `lease` (at least 10 ms) or
+/// `wait`.
 fn duration_millis(value: Expr, name: &str) -> syn::Result<(u64, Span)> {
     let lit = string_lit(value, name, "\"30s\"")?;
     let text = lit.value();
@@ -128,6 +133,16 @@ fn duration_millis(value: Expr, name: &str) -> syn::Result<(u64, Span)> {
             lit.span(),
             "`lease` must be greater than zero: give a duration such as \"30s\", \
              or leave `lease` out to use the client's default",
+        ));
+    }
+    if name == "lease" && millis < SHORTEST_LEASE_MS {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "`lease` must be at least 10ms: a lock is trusted for its lease less a \
+                 clock-drift margin (2 ms and a share of the lease), so a {millis} ms lease \
+                 would be lost as soon as it is taken; give a duration such as \"30s\""
+            ),
         ));
     }
     Ok((millis, lit.span()))

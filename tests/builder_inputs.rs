@@ -24,7 +24,11 @@ async fn a_drift_factor_out_of_range_or_not_a_number_is_clamped() {
 #[tokio::test]
 async fn a_lease_too_short_for_the_drift_margin_is_refused() {
     let client = LockClient::in_memory();
-    for lease in [Duration::ZERO, Duration::from_millis(2), Duration::from_millis(9)] {
+    for lease in [
+        Duration::ZERO,
+        Duration::from_millis(2),
+        Duration::from_millis(9),
+    ] {
         let options = LockOptions::new().lease(lease);
         let result = client
             .run_locked("short", options, async { Ok::<_, LockError>(()) })

@@ -146,7 +146,10 @@ async fn an_acquire_that_times_out_is_followed_by_its_release() {
     let result = client
         .run_locked("late", options, async { Ok::<_, LockError>(()) })
         .await;
-    assert!(matches!(result, Err(LockError::Backend { .. })), "{result:?}");
+    assert!(
+        matches!(result, Err(LockError::Backend { .. })),
+        "{result:?}"
+    );
     // The acquire, queued in the socket, runs when the server thaws.
     server.resume();
     let freed = support::eventually(Duration::from_secs(5), || {

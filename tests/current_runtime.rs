@@ -60,12 +60,14 @@ fn a_runtime_without_a_timer_can_wait() {
         let client = client.clone();
         move || {
             let options = LockOptions::new().wait(Duration::from_secs(10));
-            no_timer.block_on(client.run_locked("timerless", options, async {
-                Ok::<_, LockError>(())
-            }))
+            no_timer
+                .block_on(client.run_locked("timerless", options, async { Ok::<_, LockError>(()) }))
         }
     });
     std::thread::sleep(Duration::from_millis(300));
     setup.block_on(holder.release()).expect("holder");
-    waiter.join().expect("no panic").expect("taken after the release");
+    waiter
+        .join()
+        .expect("no panic")
+        .expect("taken after the release");
 }

@@ -114,7 +114,9 @@ async fn a_loss_wakes_the_line_at_once() {
         async move {
             let forever = LockOptions::new().wait(Duration::MAX);
             client
-                .run_locked("dropped", forever, async { Ok::<_, LockError>(Instant::now()) })
+                .run_locked("dropped", forever, async {
+                    Ok::<_, LockError>(Instant::now())
+                })
                 .await
         }
     });
@@ -197,7 +199,10 @@ async fn a_foreign_value_fails_only_its_own_lock() {
     let spoiled = Holder::start(&client, "spoiled", LockOptions::new()).await;
     let kept = Holder::start(&client, "kept", LockOptions::new()).await;
     let mut con = server.connection();
-    let _: () = redis::cmd("DEL").arg("lock:spoiled").query(&mut con).expect("DEL");
+    let _: () = redis::cmd("DEL")
+        .arg("lock:spoiled")
+        .query(&mut con)
+        .expect("DEL");
     let _: () = redis::cmd("HSET")
         .arg("lock:spoiled")
         .arg("job")

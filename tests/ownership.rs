@@ -24,7 +24,10 @@ async fn a_nested_call_on_another_client_is_another_owner() {
                 .await
         })
         .await;
-    assert!(matches!(nested, Err(LockError::Timeout { .. })), "{nested:?}");
+    assert!(
+        matches!(nested, Err(LockError::Timeout { .. })),
+        "{nested:?}"
+    );
     holder.release().await.expect("the holder kept its lock");
 }
 

@@ -306,7 +306,10 @@ async fn a_renewal_that_nodes_answer_late_is_retried() {
     cluster.nodes[0].resume();
     cluster.nodes[1].resume();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    holder.release().await.expect("kept through the late answers");
+    holder
+        .release()
+        .await
+        .expect("kept through the late answers");
 }
 
 /// A node that gave a larger token than the others (its clock ahead, say)

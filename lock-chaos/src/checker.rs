@@ -75,7 +75,11 @@ pub struct Index<'a> {
 impl<'a> Index<'a> {
     /// Indexes `history`.
     pub fn new(history: &'a History) -> Index<'a> {
-        let calls = history.calls.iter().map(|c| ((c.proc, c.call), c)).collect();
+        let calls = history
+            .calls
+            .iter()
+            .map(|c| ((c.proc, c.call), c))
+            .collect();
         Index { history, calls }
     }
 
@@ -87,10 +91,12 @@ impl<'a> Index<'a> {
     /// Whether the body's call, or its acquisition's, was told `Lost` (or
     /// never reported: the worker died).
     pub fn lost(&self, b: &Body) -> bool {
-        [b.call, b.acq].iter().any(|&id| match self.call(b.proc, id) {
-            Some(c) => c.outcome.is_lost(),
-            None => true,
-        })
+        [b.call, b.acq]
+            .iter()
+            .any(|&id| match self.call(b.proc, id) {
+                Some(c) => c.outcome.is_lost(),
+                None => true,
+            })
     }
 
     /// Whether the lock was surely free right after the body: its call and
@@ -165,7 +171,10 @@ pub fn fencing(ix: &Index<'_>) -> Vec<Violation> {
                 continue;
             }
             if y.call != y.acq {
-                let outer = bodies[..i].iter().rev().find(|x| x.proc == y.proc && x.call == y.acq);
+                let outer = bodies[..i]
+                    .iter()
+                    .rev()
+                    .find(|x| x.proc == y.proc && x.call == y.acq);
                 if let Some(outer) = outer.filter(|o| o.token != y.token) {
                     out.push(v(format!(
                         "fencing: re-entry {} has token {}, its outer call {}",
@@ -196,8 +205,10 @@ pub fn fencing(ix: &Index<'_>) -> Vec<Violation> {
 }
 
 /// Fault windows that overlap `[from, to]`, each stretched by `after`.
-fn faults_over<'a>(faults: &'a [Fault], from: u64, to: u64, after: u64) -> impl Iterator<Item = &'a Fault> {
-    faults.iter().filter(move |f| f.start <= to && from <= f.end + after)
+fn faults_over(faults: &[Fault], from: u64, to: u64, after: u64) -> impl Iterator<Item = &Fault> {
+    faults
+        .iter()
+        .filter(move |f| f.start <= to && from <= f.end + after)
 }
 
 /// Rule 3.

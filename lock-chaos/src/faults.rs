@@ -124,7 +124,9 @@ pub struct Node {
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    tokio::task::spawn_blocking(f).await.expect("blocking fault step")
+    tokio::task::spawn_blocking(f)
+        .await
+        .expect("blocking fault step")
 }
 
 /// Applies `fault` to `node` now; returns its window.
@@ -148,7 +150,11 @@ pub async fn apply(fault: &Planned, node: &Node) -> Fault {
             let _ = blocking(move || server.lock().expect("server").restart(true)).await;
         }
         Kind::KillNormal | Kind::KillPubsub => {
-            let kind = if fault.kind == Kind::KillNormal { "normal" } else { "pubsub" };
+            let kind = if fault.kind == Kind::KillNormal {
+                "normal"
+            } else {
+                "pubsub"
+            };
             let _ = blocking(move || server.lock().expect("server").client_kill(kind)).await;
         }
         Kind::Delay => {

@@ -63,7 +63,11 @@ fn spawn_worker(
     let exe = std::env::current_exe()?;
     let out = dir.path().join(format!("worker{proc}.history"));
     let err = std::fs::File::create(dir.path().join(format!("worker{proc}.stderr")))?;
-    let prefix = if cfg.redlock { "lock:redlock:" } else { "lock:single:" };
+    let prefix = if cfg.redlock {
+        "lock:redlock:"
+    } else {
+        "lock:single:"
+    };
     tokio::process::Command::new(exe)
         .arg("worker")
         .args(["--proc", &proc.to_string(), "--seed", &cfg.seed.to_string()])
@@ -83,7 +87,12 @@ fn schedule_faults(
     nodes: &[Arc<Node>],
 ) -> (Arc<Mutex<Vec<Fault>>>, Vec<tokio::task::JoinHandle<()>>) {
     let max_busy = if cfg.redlock { 2 } else { 1 };
-    let plan = faults::plan(cfg.seed ^ u64::from(cfg.redlock), nodes.len(), cfg.run_ms, max_busy);
+    let plan = faults::plan(
+        cfg.seed ^ u64::from(cfg.redlock),
+        nodes.len(),
+        cfg.run_ms,
+        max_busy,
+    );
     let windows = Arc::new(Mutex::new(Vec::new()));
     let start = tokio::time::Instant::now();
     let handles = plan
@@ -122,7 +131,10 @@ pub async fn run(cfg: &RunConfig) -> std::io::Result<RunResult> {
     }
     for handle in handles {
         let abort = handle.abort_handle();
-        if tokio::time::timeout(Duration::from_secs(10), handle).await.is_err() {
+        if tokio::time::timeout(Duration::from_secs(10), handle)
+            .await
+            .is_err()
+        {
             abort.abort();
         }
     }

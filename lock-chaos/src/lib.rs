@@ -7,6 +7,8 @@
 
 pub mod availability;
 pub mod checker;
+#[cfg(test)]
+mod checker_tests;
 pub mod clock;
 pub mod faults;
 pub mod harness;

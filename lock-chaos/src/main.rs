@@ -20,13 +20,16 @@ struct Cli {
     tasks: u32,
 }
 
-fn value<'a>(args: &'a [String], i: usize) -> Result<&'a str, String> {
-    args.get(i + 1).map(String::as_str).ok_or_else(|| format!("{} needs a value\n{USAGE}", args[i]))
+fn value(args: &[String], i: usize) -> Result<&str, String> {
+    args.get(i + 1)
+        .map(String::as_str)
+        .ok_or_else(|| format!("{} needs a value\n{USAGE}", args[i]))
 }
 
 fn num<T: std::str::FromStr>(args: &[String], i: usize) -> Result<T, String> {
     let v = value(args, i)?;
-    v.parse().map_err(|_| format!("{}: not a number: {v}\n{USAGE}", args[i]))
+    v.parse()
+        .map_err(|_| format!("{}: not a number: {v}\n{USAGE}", args[i]))
 }
 
 fn parse_cli(args: &[String]) -> Result<Cli, String> {
@@ -94,25 +97,42 @@ async fn run_mode(cli: &Cli, redlock: bool, seconds: u64) -> Result<usize, Strin
         tasks: cli.tasks,
     };
     let name = if redlock { "redlock" } else { "single" };
-    println!("== mode {name}: seed {} for {seconds} s, {} workers x {} tasks", cli.seed, cli.workers, cli.tasks);
+    println!(
+        "== mode {name}: seed {} for {seconds} s, {} workers x {} tasks",
+        cli.seed, cli.workers, cli.tasks
+    );
     let started = Instant::now();
-    let result = harness::run(&cfg).await.map_err(|e| format!("harness: {e}"))?;
+    let result = harness::run(&cfg)
+        .await
+        .map_err(|e| format!("harness: {e}"))?;
     let h = &result.history;
-    let origin = h.calls.iter().map(|c| c.start).chain(h.faults.iter().map(|f| f.start)).min().unwrap_or(0);
+    let origin = h
+        .calls
+        .iter()
+        .map(|c| c.start)
+        .chain(h.faults.iter().map(|f| f.start))
+        .min()
+        .unwrap_or(0);
     let ix = Index::new(h);
     for (n, v) in result.violations.iter().enumerate() {
         if n >= 10 {
             println!("... {} more violations", result.violations.len() - n);
             break;
         }
-        println!("VIOLATION seed={} mode={name} rule={} key={}: {}", cli.seed, v.rule, v.key, v.message);
+        println!(
+            "VIOLATION seed={} mode={name} rule={} key={}: {}",
+            cli.seed, v.rule, v.key, v.message
+        );
         print!("{}", report::context(&ix, v, origin));
     }
     for e in &result.worker_errors {
         println!("worker stderr: {e}");
     }
     println!("-- summary {name} (seed {})", cli.seed);
-    print!("{}", report::summary(h, started.elapsed().as_secs_f64(), &result.violations));
+    print!(
+        "{}",
+        report::summary(h, started.elapsed().as_secs_f64(), &result.violations)
+    );
     Ok(result.violations.len())
 }
 

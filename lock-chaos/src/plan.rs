@@ -77,7 +77,11 @@ pub fn step(rng: &mut Rng, key: Option<u64>, client: Option<u8>) -> Step {
     let (how, lease_ms, wait_ms, renew) = if annotated {
         (How::Annotated, ANNOTATED.0, ANNOTATED.1, true)
     } else {
-        let wait = if rng.chance(15) { 0 } else { rng.range(50, 2000) };
+        let wait = if rng.chance(15) {
+            0
+        } else {
+            rng.range(50, 2000)
+        };
         (How::RunLocked, rng.range(300, 1000), wait, !rng.chance(8))
     };
     let sleep_ms = if rng.chance(6) || (!renew && rng.chance(50)) {

@@ -34,7 +34,12 @@ impl Proxy {
         let port = listener.local_addr()?.port();
         let mode = Arc::new(AtomicU64::new(PASS));
         let (resets, _) = watch::channel(0);
-        let accept = tokio::spawn(accept_loop(listener, upstream_port, mode.clone(), resets.clone()));
+        let accept = tokio::spawn(accept_loop(
+            listener,
+            upstream_port,
+            mode.clone(),
+            resets.clone(),
+        ));
         Ok(Proxy {
             port,
             mode,

@@ -17,10 +17,20 @@ pub fn context(ix: &Index<'_>, v: &Violation, origin: u64) -> String {
     let h = ix.history;
     let (from, to) = (v.at.saturating_sub(1_000_000_000), v.at + 1_000_000_000);
     let mut out = String::new();
-    let _ = writeln!(out, "  records on {} within ±1 s (ms from run start):", v.key);
+    let _ = writeln!(
+        out,
+        "  records on {} within ±1 s (ms from run start):",
+        v.key
+    );
     let mut lines: Vec<(u64, String)> = Vec::new();
-    for b in h.bodies.iter().filter(|b| b.key == v.key && b.enter <= to && b.exit >= from) {
-        let outcome = ix.call(b.proc, b.call).map_or("?".to_owned(), |c| c.outcome.to_string());
+    for b in h
+        .bodies
+        .iter()
+        .filter(|b| b.key == v.key && b.enter <= to && b.exit >= from)
+    {
+        let outcome = ix
+            .call(b.proc, b.call)
+            .map_or("?".to_owned(), |c| c.outcome.to_string());
         lines.push((
             b.enter,
             format!(
@@ -38,7 +48,11 @@ pub fn context(ix: &Index<'_>, v: &Violation, origin: u64) -> String {
             ),
         ));
     }
-    for c in h.calls.iter().filter(|c| c.key == v.key && c.start <= to && c.end >= from) {
+    for c in h
+        .calls
+        .iter()
+        .filter(|c| c.key == v.key && c.start <= to && c.end >= from)
+    {
         lines.push((
             c.start,
             format!(
@@ -77,7 +91,8 @@ pub fn context(ix: &Index<'_>, v: &Violation, origin: u64) -> String {
 
 /// The fault kind without its parameter (`pause1500ms` -> `pause`).
 fn kind_family(kind: &str) -> &str {
-    kind.trim_end_matches("ms").trim_end_matches(|c: char| c.is_ascii_digit())
+    kind.trim_end_matches("ms")
+        .trim_end_matches(|c: char| c.is_ascii_digit())
 }
 
 /// The end-of-run summary.

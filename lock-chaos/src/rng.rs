@@ -53,6 +53,9 @@ mod tests {
     fn same_seed_same_numbers() {
         let a: Vec<u64> = (0..5).map(|_| Rng::derive(7, &[1, 2]).next_u64()).collect();
         assert!(a.iter().all(|&x| x == a[0]));
-        assert_ne!(Rng::derive(7, &[1, 2]).next_u64(), Rng::derive(7, &[2, 1]).next_u64());
+        assert_ne!(
+            Rng::derive(7, &[1, 2]).next_u64(),
+            Rng::derive(7, &[2, 1]).next_u64()
+        );
     }
 }

@@ -153,10 +153,14 @@ fn nested_call(step: Step, task: u32, reentry_of: Option<u64>, top: bool) -> Box
             .renew(step.renew);
         let result = match (step.how, step.client) {
             (How::Annotated, _) => annotated(step.key, &step, &ctx).await,
-            (How::RunLocked, 0) => lock_runtime::run_locked(&ctx.key, options, body(&step, &ctx)).await,
+            (How::RunLocked, 0) => {
+                lock_runtime::run_locked(&ctx.key, options, body(&step, &ctx)).await
+            }
             (How::RunLocked, _) => {
                 let second = SECOND.get().expect("second client");
-                second.run_locked(&ctx.key, options, body(&step, &ctx)).await
+                second
+                    .run_locked(&ctx.key, options, body(&step, &ctx))
+                    .await
             }
         };
         guard.finish(classify(result));
@@ -214,9 +218,13 @@ pub async fn run(args: WorkerArgs) -> Result<(), String> {
             eprintln!("{info}");
         }
     }));
-    let global = connect(&args.prefix, &args.urls).await.map_err(|e| e.to_string())?;
+    let global = connect(&args.prefix, &args.urls)
+        .await
+        .map_err(|e| e.to_string())?;
     lock_runtime::init(global).map_err(|e| e.to_string())?;
-    let second = connect(&args.prefix, &args.urls).await.map_err(|e| e.to_string())?;
+    let second = connect(&args.prefix, &args.urls)
+        .await
+        .map_err(|e| e.to_string())?;
     let _ = SECOND.set(second);
     let until = Instant::now() + Duration::from_millis(args.run_ms);
     let handles: Vec<_> = (0..args.tasks)
@@ -227,7 +235,10 @@ pub async fn run(args: WorkerArgs) -> Result<(), String> {
             let _ = handle.await;
         }
     };
-    if tokio::time::timeout(Duration::from_millis(args.run_ms + 20_000), all).await.is_err() {
+    if tokio::time::timeout(Duration::from_millis(args.run_ms + 20_000), all)
+        .await
+        .is_err()
+    {
         eprintln!("worker {}: tasks did not finish in time", args.proc);
     }
     Ok(())

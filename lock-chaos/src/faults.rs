@@ -74,19 +74,33 @@ pub struct Planned {
 }
 
 /// The fault plan of a run of `run_ms` on `nodes` nodes: a fault every
-/// 0.5–2 s, from 1.5 s until 3 s before the end, one at a time per node
-/// and at most `max_busy` nodes at once.
+/// 0.4–1.6 s, from 1.5 s until 3 s before the end, one at a time per node
+/// and at most `max_busy` nodes at once. Kinds come in rounds (each kind
+/// once per round, in a seeded order), so that a short run sees most.
 pub fn plan(seed: u64, nodes: usize, run_ms: u64, max_busy: usize) -> Vec<Planned> {
     let mut rng = Rng::derive(seed, &[0xFA17, nodes as u64]);
     let mut out: Vec<Planned> = Vec::new();
     let mut busy_until = vec![0u64; nodes];
     let mut t = 1500;
+    let mut bag: Vec<Kind> = Vec::new();
     for _ in 0..100_000 {
-        t += rng.range(500, 2000);
+        t += rng.range(400, 1600);
         if t + 3000 >= run_ms {
             break;
         }
-        let kind = *rng.pick(&KINDS);
+        let free: Vec<usize> = (0..nodes).filter(|&n| busy_until[n] <= t).collect();
+        let busy = nodes - free.len();
+        if free.is_empty() || busy >= max_busy {
+            continue;
+        }
+        if bag.is_empty() {
+            // Every kind once per round, in a seeded order.
+            bag = KINDS.to_vec();
+            for i in (1..bag.len()).rev() {
+                bag.swap(i, rng.range(0, i as u64) as usize);
+            }
+        }
+        let kind = bag.pop().expect("refilled");
         let (dur_ms, param) = match kind {
             Kind::Pause => (*rng.pick(&[80, 150, 400, 700, 1500, 2500]), 0),
             Kind::Restore => (rng.range(50, 900), 0),
@@ -94,11 +108,6 @@ pub fn plan(seed: u64, nodes: usize, run_ms: u64, max_busy: usize) -> Vec<Planne
             Kind::BlackHole => (rng.range(150, 2000), 0),
             _ => (0, 0),
         };
-        let free: Vec<usize> = (0..nodes).filter(|&n| busy_until[n] <= t).collect();
-        let busy = nodes - free.len();
-        if free.is_empty() || busy >= max_busy {
-            continue;
-        }
         let node = *rng.pick(&free);
         busy_until[node] = t + dur_ms + 500;
         out.push(Planned {

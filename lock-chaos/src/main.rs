@@ -9,7 +9,7 @@ use lock_chaos::report;
 use lock_chaos::worker::{self, WorkerArgs};
 
 const USAGE: &str = "usage: lock-chaos [--minutes N | --seconds N] [--seed S] \
-[--mode single|redlock|both] [--workers N] [--tasks N]";
+[--mode single|redlock|both] [--workers N] [--tasks N] [--show N]";
 
 /// The harness's options.
 struct Cli {
@@ -18,6 +18,7 @@ struct Cli {
     mode: String,
     workers: u32,
     tasks: u32,
+    show: usize,
 }
 
 fn value(args: &[String], i: usize) -> Result<&str, String> {
@@ -39,6 +40,7 @@ fn parse_cli(args: &[String]) -> Result<Cli, String> {
         mode: "both".into(),
         workers: 3,
         tasks: 4,
+        show: 3,
     };
     let mut i = 0;
     while i < args.len() {
@@ -49,6 +51,7 @@ fn parse_cli(args: &[String]) -> Result<Cli, String> {
             "--mode" => cli.mode = value(args, i)?.to_owned(),
             "--workers" => cli.workers = num(args, i)?,
             "--tasks" => cli.tasks = num(args, i)?,
+            "--show" => cli.show = num(args, i)?,
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
@@ -114,16 +117,20 @@ async fn run_mode(cli: &Cli, redlock: bool, seconds: u64) -> Result<usize, Strin
         .min()
         .unwrap_or(0);
     let ix = Index::new(h);
-    for (n, v) in result.violations.iter().enumerate() {
-        if n >= 10 {
-            println!("... {} more violations", result.violations.len() - n);
-            break;
-        }
+    // Every violation in one line; the first `--show` of each rule with
+    // their context.
+    let mut shown = [0usize; 5];
+    for v in &result.violations {
+        let n = &mut shown[usize::from(v.rule).min(4)];
+        let at = (v.at as f64 - origin as f64) / 1e6;
         println!(
-            "VIOLATION seed={} mode={name} rule={} key={}: {}",
+            "VIOLATION seed={} mode={name} rule={} key={} at={at:.3}ms: {}",
             cli.seed, v.rule, v.key, v.message
         );
-        print!("{}", report::context(&ix, v, origin));
+        if *n < cli.show {
+            print!("{}", report::context(&ix, v, origin));
+        }
+        *n += 1;
     }
     for e in &result.worker_errors {
         println!("worker stderr: {e}");
@@ -181,7 +188,14 @@ fn main() {
         }
     };
     let seed = cli.seed;
-    match runtime.block_on(harness_main(cli)) {
+    // On Ctrl-C the run is dropped: servers and workers are stopped by pid.
+    let run = async {
+        tokio::select! {
+            result = harness_main(cli) => result,
+            _ = tokio::signal::ctrl_c() => Err("interrupted".to_owned()),
+        }
+    };
+    match runtime.block_on(run) {
         Ok(0) => println!("OK: no violations (seed {seed})"),
         Ok(n) => {
             println!("FAILED: {n} violations (seed {seed})");

@@ -84,8 +84,12 @@ pub fn step(rng: &mut Rng, key: Option<u64>, client: Option<u8>) -> Step {
         };
         (How::RunLocked, rng.range(300, 1000), wait, !rng.chance(8))
     };
+    // Mostly short; some outlast a renewal period (a third of the lease);
+    // a few outlast the lease.
     let sleep_ms = if rng.chance(6) || (!renew && rng.chance(50)) {
         lease_ms * 3 / 2
+    } else if rng.chance(25) {
+        rng.range(20, 200)
     } else {
         rng.range(1, 20)
     };

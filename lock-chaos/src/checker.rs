@@ -1,0 +1,262 @@
+//! The rules, checked from the history alone.
+//!
+//! 1. Mutual exclusion: two bodies on one key do not overlap in time unless
+//!    the call of one of them (or of the acquisition it re-entered) ended
+//!    in `Lost`. Bodies of the same acquisition (a declared re-entry and its
+//!    outer call: same process, same `acq`) are one holder. Sibling calls
+//!    are separate acquisitions.
+//! 2. Fencing tokens: for distinct acquisitions X, Y on one key with X
+//!    entered before Y, X.token < Y.token unless Y's call ended in `Lost`.
+//!    Every body has a token, and a re-entry has its outer call's token.
+//! 3. Bounded calls: the acquire phase (call start to the body's first
+//!    statement, or to the call's end when no body ran) is at most
+//!    `wait + 4 × command timeout + 1 s`, plus, for each fault window that
+//!    overlaps the phase, its length + a lease + a connect timeout. Calls cut
+//!    by the worker (cancelled, dropped, panicked) and re-entries are exempt.
+//! 4. Availability: a call that ended in `Timeout` has its wait window
+//!    `[start, start + wait]` covered, but for stretches of at most
+//!    `gap_slack`, by: bodies on the key; a lease after every body whose
+//!    call did not end cleanly (ok or body error); a lease after every call
+//!    on the key that ended without a body and not cleanly (cancelled,
+//!    backend error...: its grant may be held unseen); and fault windows
+//!    plus the longest lease and a connect timeout after each.
+
+use std::collections::HashMap;
+
+use crate::history::{Body, Call, Fault, History};
+
+/// The checker's limits (ns).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// The clients' command timeout.
+    pub command_timeout: u64,
+    /// The clients' connect timeout.
+    pub connect_timeout: u64,
+    /// The longest lease of any call.
+    pub lease_max: u64,
+    /// Slack of rule 3 (loaded cores).
+    pub call_slack: u64,
+    /// Longest unexplained stretch of rule 4.
+    pub gap_slack: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            command_timeout: 200_000_000,
+            connect_timeout: 1_000_000_000,
+            lease_max: 1_000_000_000,
+            call_slack: 1_000_000_000,
+            gap_slack: 200_000_000,
+        }
+    }
+}
+
+/// One broken rule.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    /// 1 to 4.
+    pub rule: u8,
+    /// The key.
+    pub key: String,
+    /// Around when (ns).
+    pub at: u64,
+    /// What was seen.
+    pub message: String,
+}
+
+/// The history with its calls indexed.
+pub struct Index<'a> {
+    /// The history.
+    pub history: &'a History,
+    calls: HashMap<(u32, u64), &'a Call>,
+}
+
+impl<'a> Index<'a> {
+    /// Indexes `history`.
+    pub fn new(history: &'a History) -> Index<'a> {
+        let calls = history
+            .calls
+            .iter()
+            .map(|c| ((c.proc, c.call), c))
+            .collect();
+        Index { history, calls }
+    }
+
+    /// The call `call` of process `proc`.
+    pub fn call(&self, proc: u32, call: u64) -> Option<&'a Call> {
+        self.calls.get(&(proc, call)).copied()
+    }
+
+    /// Whether the body's call, or its acquisition's, was told `Lost` (or
+    /// never reported: the worker died).
+    pub fn lost(&self, b: &Body) -> bool {
+        [b.call, b.acq]
+            .iter()
+            .any(|&id| match self.call(b.proc, id) {
+                Some(c) => c.outcome.is_lost(),
+                None => true,
+            })
+    }
+
+    /// Whether the lock was surely free right after the body: its call and
+    /// acquisition both ended cleanly.
+    pub fn clean(&self, b: &Body) -> bool {
+        [b.call, b.acq]
+            .iter()
+            .all(|&id| self.call(b.proc, id).is_some_and(|c| c.outcome.is_clean()))
+    }
+
+    /// The bodies on each key, by enter time.
+    pub fn by_key(&self) -> HashMap<&'a str, Vec<&'a Body>> {
+        let mut map: HashMap<&str, Vec<&Body>> = HashMap::new();
+        for b in &self.history.bodies {
+            map.entry(b.key.as_str()).or_default().push(b);
+        }
+        for list in map.values_mut() {
+            list.sort_by_key(|b| (b.enter, b.exit));
+        }
+        map
+    }
+}
+
+fn same_acquisition(x: &Body, y: &Body) -> bool {
+    x.proc == y.proc && x.acq == y.acq
+}
+
+fn describe(b: &Body) -> String {
+    format!("p{}t{} call {} (acq {})", b.proc, b.task, b.call, b.acq)
+}
+
+/// Rule 1.
+pub fn mutual_exclusion(ix: &Index<'_>) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for (key, bodies) in ix.by_key() {
+        for (i, x) in bodies.iter().enumerate() {
+            for y in bodies[i + 1..].iter().take_while(|y| y.enter < x.exit) {
+                if same_acquisition(x, y) || ix.lost(x) || ix.lost(y) {
+                    continue;
+                }
+                out.push(Violation {
+                    rule: 1,
+                    key: key.to_owned(),
+                    at: y.enter,
+                    message: format!(
+                        "mutual exclusion: {} and {} held the key at once for {:.1} ms, neither was told Lost",
+                        describe(x),
+                        describe(y),
+                        (x.exit.min(y.exit) - y.enter) as f64 / 1e6
+                    ),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Rule 2.
+pub fn fencing(ix: &Index<'_>) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for (key, bodies) in ix.by_key() {
+        let mut top: Option<&Body> = None;
+        for (i, y) in bodies.iter().enumerate() {
+            let v = |message| Violation {
+                rule: 2,
+                key: key.to_owned(),
+                at: y.enter,
+                message,
+            };
+            if y.token == 0 {
+                out.push(v(format!("fencing: {} has no token", describe(y))));
+                continue;
+            }
+            if y.call != y.acq {
+                let outer = bodies[..i]
+                    .iter()
+                    .rev()
+                    .find(|x| x.proc == y.proc && x.call == y.acq);
+                if let Some(outer) = outer.filter(|o| o.token != y.token) {
+                    out.push(v(format!(
+                        "fencing: re-entry {} has token {}, its outer call {}",
+                        describe(y),
+                        y.token,
+                        outer.token
+                    )));
+                }
+                continue;
+            }
+            if let Some(x) = top.filter(|x| x.token >= y.token && x.enter < y.enter) {
+                if !ix.lost(y) {
+                    out.push(v(format!(
+                        "fencing: {} entered after {} with token {} <= {}, and was not told Lost",
+                        describe(y),
+                        describe(x),
+                        y.token,
+                        x.token
+                    )));
+                }
+            }
+            if top.is_none_or(|x| y.token > x.token) {
+                top = Some(y);
+            }
+        }
+    }
+    out
+}
+
+/// Fault windows that overlap `[from, to]`, each stretched by `after`.
+fn faults_over(faults: &[Fault], from: u64, to: u64, after: u64) -> impl Iterator<Item = &Fault> {
+    faults
+        .iter()
+        .filter(move |f| f.start <= to && from <= f.end + after)
+}
+
+/// Rule 3.
+pub fn bounded_calls(ix: &Index<'_>, limits: &Limits) -> Vec<Violation> {
+    let mut entered: HashMap<(u32, u64), u64> = HashMap::new();
+    for b in &ix.history.bodies {
+        entered.insert((b.proc, b.call), b.enter);
+    }
+    let after = limits.lease_max + limits.connect_timeout;
+    let mut out = Vec::new();
+    for c in &ix.history.calls {
+        if c.is_reentry() || c.outcome.is_cut() {
+            continue;
+        }
+        let end = entered.get(&(c.proc, c.call)).copied().unwrap_or(c.end);
+        let phase = end.saturating_sub(c.start);
+        let faults: u64 = faults_over(&ix.history.faults, c.start, end, after)
+            .map(|f| f.end - f.start + after)
+            .sum();
+        let bound = c.wait + 4 * limits.command_timeout + limits.call_slack + faults;
+        if phase > bound {
+            out.push(Violation {
+                rule: 3,
+                key: c.key.clone(),
+                at: c.start,
+                message: format!(
+                    "bounded call: p{}t{} call {} took {:.0} ms to acquire (ended {}), bound {:.0} ms (wait {:.0} ms)",
+                    c.proc,
+                    c.task,
+                    c.call,
+                    phase as f64 / 1e6,
+                    c.outcome,
+                    bound as f64 / 1e6,
+                    c.wait as f64 / 1e6
+                ),
+            });
+        }
+    }
+    out
+}
+
+/// Every rule, violations ordered by time.
+pub fn check(history: &History, limits: &Limits) -> Vec<Violation> {
+    let ix = Index::new(history);
+    let mut out = mutual_exclusion(&ix);
+    out.extend(fencing(&ix));
+    out.extend(bounded_calls(&ix, limits));
+    out.extend(crate::availability::availability(&ix, limits));
+    out.sort_by_key(|v| (v.at, v.rule));
+    out
+}

@@ -1,0 +1,214 @@
+//! The seeded fault schedule, and applying one fault to a node.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::clock::now_ns;
+use crate::history::Fault;
+use crate::proxy::Proxy;
+use crate::rng::Rng;
+use crate::servers::Server;
+
+/// One kind of fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// SIGSTOP, then SIGCONT after the duration.
+    Pause,
+    /// kill -9, start empty on the same port.
+    Restart,
+    /// `SAVE`, keep running for the duration, kill -9, start from the dump.
+    Restore,
+    /// `CLIENT KILL TYPE normal`.
+    KillNormal,
+    /// `CLIENT KILL TYPE pubsub`.
+    KillPubsub,
+    /// The proxy delays each chunk by `param` ms for the duration.
+    Delay,
+    /// The proxy drops everything for the duration, then resets.
+    BlackHole,
+    /// The proxy closes every open connection.
+    Reset,
+}
+
+/// Every kind, for the plan and the summary.
+pub const KINDS: [Kind; 8] = [
+    Kind::Pause,
+    Kind::Restart,
+    Kind::Restore,
+    Kind::KillNormal,
+    Kind::KillPubsub,
+    Kind::Delay,
+    Kind::BlackHole,
+    Kind::Reset,
+];
+
+impl Kind {
+    /// The word in the history.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Pause => "pause",
+            Kind::Restart => "restart",
+            Kind::Restore => "restore",
+            Kind::KillNormal => "kill-normal",
+            Kind::KillPubsub => "kill-pubsub",
+            Kind::Delay => "delay",
+            Kind::BlackHole => "blackhole",
+            Kind::Reset => "reset",
+        }
+    }
+}
+
+/// One planned fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Planned {
+    /// When, from the start of the run (ms).
+    pub at_ms: u64,
+    /// What.
+    pub kind: Kind,
+    /// Which node.
+    pub node: usize,
+    /// How long (ms; 0 for instant faults).
+    pub dur_ms: u64,
+    /// The delay of a `Delay` (ms).
+    pub param: u64,
+}
+
+/// The fault plan of a run of `run_ms` on `nodes` nodes: a fault every
+/// 0.4–1.6 s, from 1.5 s until 3 s before the end, one at a time per node
+/// and at most `max_busy` nodes at once. Kinds come in rounds (each kind
+/// once per round, in a seeded order), so that a short run sees most.
+pub fn plan(seed: u64, nodes: usize, run_ms: u64, max_busy: usize) -> Vec<Planned> {
+    let mut rng = Rng::derive(seed, &[0xFA17, nodes as u64]);
+    let mut out: Vec<Planned> = Vec::new();
+    let mut busy_until = vec![0u64; nodes];
+    let mut t = 1500;
+    let mut bag: Vec<Kind> = Vec::new();
+    for _ in 0..100_000 {
+        t += rng.range(400, 1600);
+        if t + 3000 >= run_ms {
+            break;
+        }
+        let free: Vec<usize> = (0..nodes).filter(|&n| busy_until[n] <= t).collect();
+        let busy = nodes - free.len();
+        if free.is_empty() || busy >= max_busy {
+            continue;
+        }
+        if bag.is_empty() {
+            // Every kind once per round, in a seeded order.
+            bag = KINDS.to_vec();
+            for i in (1..bag.len()).rev() {
+                bag.swap(i, rng.range(0, i as u64) as usize);
+            }
+        }
+        let kind = bag.pop().expect("refilled");
+        let (dur_ms, param) = match kind {
+            Kind::Pause => (*rng.pick(&[80, 150, 400, 700, 1500, 2500]), 0),
+            Kind::Restore => (rng.range(50, 900), 0),
+            Kind::Delay => (rng.range(300, 2000), *rng.pick(&[20, 100, 300])),
+            Kind::BlackHole => (rng.range(150, 2000), 0),
+            _ => (0, 0),
+        };
+        let node = *rng.pick(&free);
+        busy_until[node] = t + dur_ms + 500;
+        out.push(Planned {
+            at_ms: t,
+            kind,
+            node,
+            dur_ms,
+            param,
+        });
+    }
+    out
+}
+
+/// A server and the proxy in front of it.
+#[derive(Debug)]
+pub struct Node {
+    /// Its name in the history (`node0`...).
+    pub name: String,
+    /// The server (behind a lock: restarts replace its process).
+    pub server: Arc<Mutex<Server>>,
+    /// The proxy workers go through.
+    pub proxy: Proxy,
+}
+
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f)
+        .await
+        .expect("blocking fault step")
+}
+
+/// Applies `fault` to `node` now; returns its window.
+pub async fn apply(fault: &Planned, node: &Node) -> Fault {
+    let start = now_ns();
+    let dur = Duration::from_millis(fault.dur_ms);
+    let server = node.server.clone();
+    match fault.kind {
+        Kind::Pause => {
+            server.lock().expect("server").signal(libc::SIGSTOP);
+            tokio::time::sleep(dur).await;
+            server.lock().expect("server").signal(libc::SIGCONT);
+        }
+        Kind::Restart => {
+            let _ = blocking(move || server.lock().expect("server").restart(false)).await;
+        }
+        Kind::Restore => {
+            let s = server.clone();
+            let _ = blocking(move || s.lock().expect("server").save()).await;
+            tokio::time::sleep(dur).await;
+            let _ = blocking(move || server.lock().expect("server").restart(true)).await;
+        }
+        Kind::KillNormal | Kind::KillPubsub => {
+            let kind = if fault.kind == Kind::KillNormal {
+                "normal"
+            } else {
+                "pubsub"
+            };
+            let _ = blocking(move || server.lock().expect("server").client_kill(kind)).await;
+        }
+        Kind::Delay => {
+            node.proxy.delay(fault.param);
+            tokio::time::sleep(dur).await;
+            node.proxy.pass();
+        }
+        Kind::BlackHole => {
+            node.proxy.black_hole();
+            tokio::time::sleep(dur).await;
+            // Dropped chunks leave the streams torn: close them.
+            node.proxy.reset();
+            node.proxy.pass();
+        }
+        Kind::Reset => node.proxy.reset(),
+    }
+    let kind = match fault.kind {
+        Kind::Delay => format!("delay{}ms", fault.param),
+        Kind::Pause => format!("pause{}ms", fault.dur_ms),
+        other => other.as_str().to_owned(),
+    };
+    Fault {
+        kind,
+        target: node.name.clone(),
+        start,
+        end: now_ns(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_seed_same_plan_within_limits() {
+        let a = plan(7, 5, 60_000, 2);
+        assert_eq!(a, plan(7, 5, 60_000, 2));
+        assert_ne!(a, plan(8, 5, 60_000, 2));
+        assert!(a.len() > 20);
+        for f in &a {
+            let at_once = a
+                .iter()
+                .filter(|g| g.at_ms <= f.at_ms && f.at_ms < g.at_ms + g.dur_ms + 500)
+                .count();
+            assert!(at_once <= 2, "{f:?}");
+        }
+    }
+}

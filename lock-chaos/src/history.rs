@@ -1,0 +1,332 @@
+//! The history: one tab-separated line per body, call and fault, written by
+//! hand (no serde), and parsed back for the checker.
+//!
+//! - `B proc task call acq key client enter exit token end`: a body ran.
+//!   `acq` is the call id of the acquisition the body runs under: its own
+//!   call id, or for a declared re-entry the outer call's acquisition.
+//!   `end` is `done` (last statement reached) or `dropped` (cancelled,
+//!   panicked, or stopped on a loss).
+//! - `C proc task call acq key client start end wait lease outcome`: how a
+//!   call ended (times in ns on `CLOCK_MONOTONIC`, wait and lease in ns).
+//! - `F kind target start end`: a fault window.
+
+use std::fmt;
+
+/// How a locked call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Outcome {
+    /// The body returned `Ok`, and the call returned it.
+    Ok,
+    /// The body returned its own error.
+    BodyErr,
+    /// `LockError::Lost { reason: Expired }`.
+    LostExpired,
+    /// `LockError::Lost { reason: Taken }`.
+    LostTaken,
+    /// `LockError::Timeout`.
+    Timeout,
+    /// `LockError::Backend`.
+    Backend,
+    /// `LockError::NoQuorum`.
+    NoQuorum,
+    /// Dropped by the worker's `tokio::time::timeout` wrapper.
+    Cancelled,
+    /// The body panicked (in a spawned task).
+    Panic,
+    /// The call's future was dropped from outside (its outer body ended).
+    Dropped,
+    /// Any other error.
+    Other,
+}
+
+/// Every outcome, in the order of the summary.
+pub const OUTCOMES: [Outcome; 11] = [
+    Outcome::Ok,
+    Outcome::BodyErr,
+    Outcome::LostExpired,
+    Outcome::LostTaken,
+    Outcome::Timeout,
+    Outcome::Backend,
+    Outcome::NoQuorum,
+    Outcome::Cancelled,
+    Outcome::Panic,
+    Outcome::Dropped,
+    Outcome::Other,
+];
+
+impl Outcome {
+    /// The word in the history.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::BodyErr => "body_err",
+            Outcome::LostExpired => "lost_expired",
+            Outcome::LostTaken => "lost_taken",
+            Outcome::Timeout => "timeout",
+            Outcome::Backend => "backend",
+            Outcome::NoQuorum => "no_quorum",
+            Outcome::Cancelled => "cancelled",
+            Outcome::Panic => "panic",
+            Outcome::Dropped => "dropped",
+            Outcome::Other => "other",
+        }
+    }
+
+    /// The outcome for a word of the history.
+    pub fn parse(s: &str) -> Option<Outcome> {
+        OUTCOMES.iter().copied().find(|o| o.as_str() == s)
+    }
+
+    /// Whether the call was told that its lock was lost.
+    pub fn is_lost(self) -> bool {
+        matches!(self, Outcome::LostExpired | Outcome::LostTaken)
+    }
+
+    /// Whether the call was not ended by the library itself (the worker
+    /// dropped it, or it panicked).
+    pub fn is_cut(self) -> bool {
+        matches!(self, Outcome::Cancelled | Outcome::Dropped | Outcome::Panic)
+    }
+
+    /// Whether the call ended with its release awaited: the lock is free
+    /// right after.
+    pub fn is_clean(self) -> bool {
+        matches!(self, Outcome::Ok | Outcome::BodyErr)
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One body: from its first statement to its last (or its drop).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Body {
+    /// Worker index.
+    pub proc: u32,
+    /// Task index within the worker.
+    pub task: u32,
+    /// The call that ran this body.
+    pub call: u64,
+    /// The acquisition this body runs under (`call`, or the outer call's).
+    pub acq: u64,
+    /// The lock key (without prefix).
+    pub key: String,
+    /// Which client: 0 the global one, 1 the second one.
+    pub client: u8,
+    /// First statement (ns).
+    pub enter: u64,
+    /// Last statement or drop (ns).
+    pub exit: u64,
+    /// The fencing token seen in the body (0: none).
+    pub token: u64,
+    /// Whether the last statement was reached.
+    pub done: bool,
+}
+
+/// One call: how it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// Worker index.
+    pub proc: u32,
+    /// Task index within the worker.
+    pub task: u32,
+    /// Call id, unique within the worker.
+    pub call: u64,
+    /// The acquisition (`call`, or the outer call's for a re-entry).
+    pub acq: u64,
+    /// The lock key (without prefix).
+    pub key: String,
+    /// Which client.
+    pub client: u8,
+    /// When the call started (ns).
+    pub start: u64,
+    /// When it returned or was dropped (ns).
+    pub end: u64,
+    /// Its `wait` (ns).
+    pub wait: u64,
+    /// Its lease (ns).
+    pub lease: u64,
+    /// How it ended.
+    pub outcome: Outcome,
+}
+
+/// One fault window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    /// What kind (`pause`, `restart`, ...).
+    pub kind: String,
+    /// Which server (`node0`...).
+    pub target: String,
+    /// Start (ns).
+    pub start: u64,
+    /// End (ns).
+    pub end: u64,
+}
+
+impl Body {
+    /// The history line (with a newline).
+    pub fn line(&self) -> String {
+        let end = if self.done { "done" } else { "dropped" };
+        format!(
+            "B\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            self.proc,
+            self.task,
+            self.call,
+            self.acq,
+            self.key,
+            self.client,
+            self.enter,
+            self.exit,
+            self.token,
+            end
+        )
+    }
+}
+
+impl Call {
+    /// The history line (with a newline).
+    pub fn line(&self) -> String {
+        format!(
+            "C\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            self.proc,
+            self.task,
+            self.call,
+            self.acq,
+            self.key,
+            self.client,
+            self.start,
+            self.end,
+            self.wait,
+            self.lease,
+            self.outcome
+        )
+    }
+
+    /// Whether the call is a declared re-entry.
+    pub fn is_reentry(&self) -> bool {
+        self.acq != self.call
+    }
+}
+
+impl Fault {
+    /// The history line (with a newline).
+    pub fn line(&self) -> String {
+        format!(
+            "F\t{}\t{}\t{}\t{}\n",
+            self.kind, self.target, self.start, self.end
+        )
+    }
+}
+
+/// Everything recorded in one run (one mode).
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    /// All bodies.
+    pub bodies: Vec<Body>,
+    /// All calls that reported an end.
+    pub calls: Vec<Call>,
+    /// All fault windows.
+    pub faults: Vec<Fault>,
+    /// Lines that did not parse (a worker killed mid-line).
+    pub bad_lines: usize,
+}
+
+impl History {
+    /// Adds the lines of `text`.
+    pub fn parse_into(&mut self, text: &str) {
+        for line in text.lines().filter(|l| !l.is_empty()) {
+            if self.parse_line(line).is_none() {
+                self.bad_lines += 1;
+            }
+        }
+    }
+
+    fn parse_line(&mut self, line: &str) -> Option<()> {
+        let f: Vec<&str> = line.split('\t').collect();
+        let n = |i: usize| f.get(i).and_then(|s| s.parse::<u64>().ok());
+        match (f[0], f.len()) {
+            ("B", 11) => self.bodies.push(Body {
+                proc: n(1)? as u32,
+                task: n(2)? as u32,
+                call: n(3)?,
+                acq: n(4)?,
+                key: f[5].to_owned(),
+                client: n(6)? as u8,
+                enter: n(7)?,
+                exit: n(8)?,
+                token: n(9)?,
+                done: f[10] == "done",
+            }),
+            ("C", 12) => self.calls.push(Call {
+                proc: n(1)? as u32,
+                task: n(2)? as u32,
+                call: n(3)?,
+                acq: n(4)?,
+                key: f[5].to_owned(),
+                client: n(6)? as u8,
+                start: n(7)?,
+                end: n(8)?,
+                wait: n(9)?,
+                lease: n(10)?,
+                outcome: Outcome::parse(f[11])?,
+            }),
+            ("F", 5) => self.faults.push(Fault {
+                kind: f[1].to_owned(),
+                target: f[2].to_owned(),
+                start: n(3)?,
+                end: n(4)?,
+            }),
+            _ => return None,
+        }
+        Some(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_round_trip() {
+        let b = Body {
+            proc: 1,
+            task: 2,
+            call: 3,
+            acq: 3,
+            key: "k1".into(),
+            client: 1,
+            enter: 10,
+            exit: 20,
+            token: 99,
+            done: false,
+        };
+        let c = Call {
+            proc: 1,
+            task: 2,
+            call: 3,
+            acq: 3,
+            key: "k1".into(),
+            client: 1,
+            start: 5,
+            end: 25,
+            wait: 7,
+            lease: 8,
+            outcome: Outcome::LostTaken,
+        };
+        let f = Fault {
+            kind: "pause".into(),
+            target: "node0".into(),
+            start: 1,
+            end: 2,
+        };
+        let mut h = History::default();
+        h.parse_into(&format!("{}{}{}B\t1\n", b.line(), c.line(), f.line()));
+        assert_eq!(h.bodies, vec![b]);
+        assert_eq!(h.calls, vec![c]);
+        assert_eq!(h.faults, vec![f]);
+        assert_eq!(h.bad_lines, 1);
+    }
+}

@@ -1,0 +1,209 @@
+//! `lock-chaos`: the CLI of the fault-and-history checker, and (with
+//! `worker` first) the worker process it spawns.
+
+use std::time::Instant;
+
+use lock_chaos::checker::Index;
+use lock_chaos::harness::{self, RunConfig};
+use lock_chaos::report;
+use lock_chaos::worker::{self, WorkerArgs};
+
+const USAGE: &str = "usage: lock-chaos [--minutes N | --seconds N] [--seed S] \
+[--mode single|redlock|both] [--workers N] [--tasks N] [--show N]";
+
+/// The harness's options.
+struct Cli {
+    seconds: u64,
+    seed: u64,
+    mode: String,
+    workers: u32,
+    tasks: u32,
+    show: usize,
+}
+
+fn value(args: &[String], i: usize) -> Result<&str, String> {
+    args.get(i + 1)
+        .map(String::as_str)
+        .ok_or_else(|| format!("{} needs a value\n{USAGE}", args[i]))
+}
+
+fn num<T: std::str::FromStr>(args: &[String], i: usize) -> Result<T, String> {
+    let v = value(args, i)?;
+    v.parse()
+        .map_err(|_| format!("{}: not a number: {v}\n{USAGE}", args[i]))
+}
+
+fn parse_cli(args: &[String]) -> Result<Cli, String> {
+    let mut cli = Cli {
+        seconds: 60,
+        seed: 1,
+        mode: "both".into(),
+        workers: 3,
+        tasks: 4,
+        show: 3,
+    };
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--minutes" => cli.seconds = num::<u64>(args, i)? * 60,
+            "--seconds" => cli.seconds = num(args, i)?,
+            "--seed" => cli.seed = num(args, i)?,
+            "--mode" => cli.mode = value(args, i)?.to_owned(),
+            "--workers" => cli.workers = num(args, i)?,
+            "--tasks" => cli.tasks = num(args, i)?,
+            "--show" => cli.show = num(args, i)?,
+            "-h" | "--help" => return Err(USAGE.into()),
+            other => return Err(format!("unknown argument {other}\n{USAGE}")),
+        }
+        i += 2;
+    }
+    if !["single", "redlock", "both"].contains(&cli.mode.as_str()) {
+        return Err(format!("--mode: single, redlock or both\n{USAGE}"));
+    }
+    Ok(cli)
+}
+
+fn parse_worker(args: &[String]) -> Result<WorkerArgs, String> {
+    let mut w = WorkerArgs {
+        proc: 0,
+        seed: 0,
+        tasks: 1,
+        urls: Vec::new(),
+        prefix: "lock:".into(),
+        out: String::new(),
+        run_ms: 1000,
+    };
+    let mut i = 0;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--proc" => w.proc = num(args, i)?,
+            "--seed" => w.seed = num(args, i)?,
+            "--tasks" => w.tasks = num(args, i)?,
+            "--urls" => w.urls = value(args, i)?.split(',').map(str::to_owned).collect(),
+            "--prefix" => w.prefix = value(args, i)?.to_owned(),
+            "--out" => w.out = value(args, i)?.to_owned(),
+            "--run-ms" => w.run_ms = num(args, i)?,
+            other => return Err(format!("worker: unknown argument {other}")),
+        }
+        i += 2;
+    }
+    Ok(w)
+}
+
+/// Runs one mode, prints its findings; the number of violations.
+async fn run_mode(cli: &Cli, redlock: bool, seconds: u64) -> Result<usize, String> {
+    let cfg = RunConfig {
+        seed: cli.seed,
+        redlock,
+        run_ms: seconds * 1000,
+        workers: cli.workers,
+        tasks: cli.tasks,
+    };
+    let name = if redlock { "redlock" } else { "single" };
+    println!(
+        "== mode {name}: seed {} for {seconds} s, {} workers x {} tasks",
+        cli.seed, cli.workers, cli.tasks
+    );
+    let started = Instant::now();
+    let result = harness::run(&cfg)
+        .await
+        .map_err(|e| format!("harness: {e}"))?;
+    let h = &result.history;
+    let origin = h
+        .calls
+        .iter()
+        .map(|c| c.start)
+        .chain(h.faults.iter().map(|f| f.start))
+        .min()
+        .unwrap_or(0);
+    let ix = Index::new(h);
+    // Every violation in one line; the first `--show` of each rule with
+    // their context.
+    let mut shown = [0usize; 5];
+    for v in &result.violations {
+        let n = &mut shown[usize::from(v.rule).min(4)];
+        let at = (v.at as f64 - origin as f64) / 1e6;
+        println!(
+            "VIOLATION seed={} mode={name} rule={} key={} at={at:.3}ms: {}",
+            cli.seed, v.rule, v.key, v.message
+        );
+        if *n < cli.show {
+            print!("{}", report::context(&ix, v, origin));
+        }
+        *n += 1;
+    }
+    for e in &result.worker_errors {
+        println!("worker stderr: {e}");
+    }
+    println!("-- summary {name} (seed {})", cli.seed);
+    print!(
+        "{}",
+        report::summary(h, started.elapsed().as_secs_f64(), &result.violations)
+    );
+    Ok(result.violations.len())
+}
+
+async fn harness_main(cli: Cli) -> Result<usize, String> {
+    let mut found = 0;
+    match cli.mode.as_str() {
+        "single" => found += run_mode(&cli, false, cli.seconds).await?,
+        "redlock" => found += run_mode(&cli, true, cli.seconds).await?,
+        _ => {
+            let half = (cli.seconds / 2).max(1);
+            found += run_mode(&cli, false, half).await?;
+            found += run_mode(&cli, true, cli.seconds.saturating_sub(half).max(1)).await?;
+        }
+    }
+    Ok(found)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    if args.first().map(String::as_str) == Some("worker") {
+        let code = match parse_worker(&args[1..]) {
+            Ok(w) => match runtime.block_on(worker::run(w)) {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("worker: {e}");
+                    2
+                }
+            },
+            Err(e) => {
+                eprintln!("{e}");
+                2
+            }
+        };
+        // Do not wait for the clients' background threads.
+        std::process::exit(code);
+    }
+    let cli = match parse_cli(&args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    let seed = cli.seed;
+    // On Ctrl-C the run is dropped: servers and workers are stopped by pid.
+    let run = async {
+        tokio::select! {
+            result = harness_main(cli) => result,
+            _ = tokio::signal::ctrl_c() => Err("interrupted".to_owned()),
+        }
+    };
+    match runtime.block_on(run) {
+        Ok(0) => println!("OK: no violations (seed {seed})"),
+        Ok(n) => {
+            println!("FAILED: {n} violations (seed {seed})");
+            std::process::exit(1);
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    }
+}

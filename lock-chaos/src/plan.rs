@@ -1,0 +1,142 @@
+//! What a worker task does next: a seeded plan of one locked call, with
+//! what its body does (sleep, nested calls, siblings, error, panic).
+
+use crate::rng::Rng;
+
+/// How many keys the tasks share (few, for contention).
+pub const KEYS: u64 = 4;
+
+/// How the call is made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum How {
+    /// The `#[distributed_lock]` function (global client, lease 500 ms,
+    /// wait 1 s).
+    Annotated,
+    /// `run_locked` with the step's options, on the step's client.
+    RunLocked,
+}
+
+/// What the body does between its first and last statement.
+#[derive(Debug, Clone)]
+pub enum Inner {
+    /// Nothing but sleep.
+    Nothing,
+    /// A nested call on the same key and client: a declared re-entry.
+    Reenter(Box<Step>),
+    /// A nested call on another key: a separate acquisition.
+    Nested(Box<Step>),
+    /// Two sibling calls joined (`tokio::join!`) on keys the body does not
+    /// hold (possibly the same key twice): separate acquisitions.
+    Siblings(Box<Step>, Box<Step>),
+}
+
+/// One locked call.
+#[derive(Debug, Clone)]
+pub struct Step {
+    /// Key index (`k0`..).
+    pub key: u64,
+    /// 0: the global client, 1: the second client.
+    pub client: u8,
+    /// Attribute or `run_locked`.
+    pub how: How,
+    /// Lease (ms).
+    pub lease_ms: u64,
+    /// Wait (ms).
+    pub wait_ms: u64,
+    /// Whether the watchdog renews.
+    pub renew: bool,
+    /// How long the body sleeps in total (ms).
+    pub sleep_ms: u64,
+    /// Whether the body returns its own error.
+    pub fail: bool,
+    /// Whether the body panics at its end.
+    pub panic: bool,
+    /// Nested calls.
+    pub inner: Inner,
+}
+
+/// One top-level operation of a task.
+#[derive(Debug, Clone)]
+pub struct Op {
+    /// The call.
+    pub step: Step,
+    /// A client-side `tokio::time::timeout` around the call (ms).
+    pub timeout_ms: Option<u64>,
+    /// Whether the call runs in a spawned task (needed for panics).
+    pub spawn: bool,
+}
+
+/// The lease and wait of the annotated function (ms).
+pub const ANNOTATED: (u64, u64) = (500, 1000);
+
+/// A random call on `key` (or a random key), without nested calls.
+pub fn step(rng: &mut Rng, key: Option<u64>, client: Option<u8>) -> Step {
+    let key = key.unwrap_or_else(|| rng.range(0, KEYS - 1));
+    let client = client.unwrap_or_else(|| u8::from(rng.chance(30)));
+    let annotated = client == 0 && rng.chance(35);
+    let (how, lease_ms, wait_ms, renew) = if annotated {
+        (How::Annotated, ANNOTATED.0, ANNOTATED.1, true)
+    } else {
+        let wait = if rng.chance(15) {
+            0
+        } else {
+            rng.range(50, 2000)
+        };
+        (How::RunLocked, rng.range(300, 1000), wait, !rng.chance(8))
+    };
+    // Mostly short; some outlast a renewal period (a third of the lease);
+    // a few outlast the lease.
+    let sleep_ms = if rng.chance(6) || (!renew && rng.chance(50)) {
+        lease_ms * 3 / 2
+    } else if rng.chance(25) {
+        rng.range(20, 200)
+    } else {
+        rng.range(1, 20)
+    };
+    Step {
+        key,
+        client,
+        how,
+        lease_ms,
+        wait_ms,
+        renew,
+        sleep_ms,
+        fail: rng.chance(5),
+        panic: false,
+        inner: Inner::Nothing,
+    }
+}
+
+/// A random top-level operation.
+pub fn op(rng: &mut Rng) -> Op {
+    let mut top = step(rng, None, None);
+    let roll = rng.range(0, 99);
+    top.inner = if roll < 15 {
+        Inner::Reenter(Box::new(step(rng, Some(top.key), Some(top.client))))
+    } else if roll < 25 {
+        let other = (top.key + rng.range(1, KEYS - 1)) % KEYS;
+        Inner::Nested(Box::new(step(rng, Some(other), None)))
+    } else if roll < 37 {
+        let a = (top.key + rng.range(1, KEYS - 1)) % KEYS;
+        let b = if rng.chance(50) {
+            a
+        } else {
+            (top.key + rng.range(1, KEYS - 1)) % KEYS
+        };
+        // Siblings on the global client (where owners could be confused).
+        Inner::Siblings(
+            Box::new(step(rng, Some(a), Some(top.client))),
+            Box::new(step(rng, Some(b), Some(top.client))),
+        )
+    } else {
+        Inner::Nothing
+    };
+    let spawn = rng.chance(12);
+    top.panic = spawn && rng.chance(40);
+    let timeout_ms = rng.chance(15).then(|| rng.range(10, 1500));
+    Op {
+        step: top,
+        timeout_ms,
+        spawn,
+    }
+}

@@ -1,0 +1,245 @@
+//! The worker process: tasks that make random locked calls through two
+//! clients and record every body and call.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use lock_runtime::{distributed_lock, LockClient, LockClientBuilder, LockError, LockOptions};
+
+use crate::history::Outcome;
+use crate::plan::{self, How, Inner, Op, Step};
+use crate::record::{self, BodyGuard, CallGuard, Ctx};
+use crate::rng::Rng;
+
+/// What a worker is told on its command line.
+#[derive(Debug, Clone)]
+pub struct WorkerArgs {
+    /// Worker index.
+    pub proc: u32,
+    /// The run's seed.
+    pub seed: u64,
+    /// How many tasks.
+    pub tasks: u32,
+    /// Server URLs (through the proxies): one, or five for Redlock.
+    pub urls: Vec<String>,
+    /// The key prefix.
+    pub prefix: String,
+    /// Where to write the history.
+    pub out: String,
+    /// How long to make calls (ms).
+    pub run_ms: u64,
+}
+
+static SECOND: OnceLock<LockClient> = OnceLock::new();
+
+/// A body's error: the lock's, or its own.
+#[derive(Debug)]
+pub enum CallError {
+    /// From the lock.
+    Lock(LockError),
+    /// The body's own error.
+    Body,
+}
+
+impl From<LockError> for CallError {
+    fn from(e: LockError) -> Self {
+        CallError::Lock(e)
+    }
+}
+
+type Boxed = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The client settings of every worker: short leases and timeouts, so that
+/// faults matter within seconds.
+pub fn builder(prefix: &str) -> LockClientBuilder {
+    LockClient::builder()
+        .key_prefix(prefix)
+        .default_lease(Duration::from_millis(500))
+        .default_wait(Duration::from_secs(1))
+        .command_timeout(Duration::from_millis(200))
+        .connect_timeout(Duration::from_secs(1))
+        .node_timeout(Duration::from_millis(80))
+}
+
+async fn connect(prefix: &str, urls: &[String]) -> Result<LockClient, LockError> {
+    let mut last = None;
+    for _ in 0..20 {
+        let result = if urls.len() == 1 {
+            builder(prefix).connect(&urls[0]).await
+        } else {
+            let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+            builder(prefix).redlock(&refs).await
+        };
+        match result {
+            Ok(client) => return Ok(client),
+            Err(e) => last = Some(e),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Err(last.expect("at least one attempt"))
+}
+
+#[distributed_lock(key = "k<key>", lease = "500ms", wait = "1s")]
+async fn annotated(key: u64, step: &Step, ctx: &Ctx) -> Result<(), CallError> {
+    body(step, ctx).await
+}
+
+/// The body of every call: records itself, sleeps, makes its nested calls.
+async fn body(step: &Step, ctx: &Ctx) -> Result<(), CallError> {
+    let guard = BodyGuard::enter(ctx);
+    let half = Duration::from_millis(step.sleep_ms / 2);
+    tokio::time::sleep(half).await;
+    match &step.inner {
+        Inner::Nothing => {}
+        Inner::Reenter(inner) => call(inner, ctx.task, Some(ctx.acq)).await,
+        Inner::Nested(inner) => call(inner, ctx.task, None).await,
+        Inner::Siblings(a, b) => {
+            tokio::join!(call(a, ctx.task, None), call(b, ctx.task, None));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(step.sleep_ms) - half).await;
+    if step.panic {
+        panic!("lock-chaos: planned panic in a body");
+    }
+    guard.done();
+    if step.fail {
+        Err(CallError::Body)
+    } else {
+        Ok(())
+    }
+}
+
+fn classify(result: Result<(), CallError>) -> Outcome {
+    match result {
+        Ok(()) => Outcome::Ok,
+        Err(CallError::Body) => Outcome::BodyErr,
+        Err(CallError::Lock(e)) => match e {
+            LockError::Lost { reason, .. } => match reason {
+                lock_runtime::LossReason::Expired => Outcome::LostExpired,
+                lock_runtime::LossReason::Taken => Outcome::LostTaken,
+                _ => Outcome::Other,
+            },
+            LockError::Timeout { .. } => Outcome::Timeout,
+            LockError::Backend { .. } => Outcome::Backend,
+            LockError::NoQuorum { .. } => Outcome::NoQuorum,
+            _ => Outcome::Other,
+        },
+    }
+}
+
+/// One locked call (not top-level when `reentry_of` or nested).
+fn call(step: &Step, task: u32, reentry_of: Option<u64>) -> Boxed {
+    nested_call(step.clone(), task, reentry_of, false)
+}
+
+fn nested_call(step: Step, task: u32, reentry_of: Option<u64>, top: bool) -> Boxed {
+    Box::pin(async move {
+        let id = record::next_call_id();
+        let ctx = Ctx {
+            proc: PROC.get().copied().unwrap_or(0),
+            task,
+            call: id,
+            acq: reentry_of.unwrap_or(id),
+            key: format!("k{}", step.key),
+            client: step.client,
+            top,
+        };
+        let guard = CallGuard::start(&ctx, step.wait_ms, step.lease_ms);
+        let options = LockOptions::new()
+            .lease(Duration::from_millis(step.lease_ms))
+            .wait(Duration::from_millis(step.wait_ms))
+            .renew(step.renew);
+        let result = match (step.how, step.client) {
+            (How::Annotated, _) => annotated(step.key, &step, &ctx).await,
+            (How::RunLocked, 0) => {
+                lock_runtime::run_locked(&ctx.key, options, body(&step, &ctx)).await
+            }
+            (How::RunLocked, _) => {
+                let second = SECOND.get().expect("second client");
+                second
+                    .run_locked(&ctx.key, options, body(&step, &ctx))
+                    .await
+            }
+        };
+        guard.finish(classify(result));
+    })
+}
+
+static PROC: OnceLock<u32> = OnceLock::new();
+
+/// Runs one top-level operation: maybe in a spawned task, maybe under a
+/// client-side timeout.
+async fn run_op(op: Op, task: u32) {
+    let timeout = op.timeout_ms.map(Duration::from_millis);
+    let fut = async move {
+        let call = nested_call(op.step, task, None, true);
+        match timeout {
+            Some(limit) => {
+                let _ = tokio::time::timeout(limit, call).await;
+            }
+            None => call.await,
+        }
+    };
+    if op.spawn {
+        // A panic stays in the spawned task; its records are written.
+        let _ = tokio::spawn(fut).await;
+    } else {
+        fut.await;
+    }
+}
+
+async fn task_loop(args: WorkerArgs, task: u32, until: Instant) {
+    let mut rng = Rng::derive(args.seed, &[u64::from(args.proc), u64::from(task)]);
+    for _ in 0..1_000_000 {
+        if Instant::now() >= until {
+            break;
+        }
+        let op = plan::op(&mut rng);
+        run_op(op, task).await;
+        let pause = rng.range(0, 5);
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+    }
+}
+
+/// The worker's main: connects both clients, runs the tasks, returns when
+/// they are done (bounded).
+pub async fn run(args: WorkerArgs) -> Result<(), String> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&args.out)
+        .map_err(|e| format!("open {}: {e}", args.out))?;
+    record::init(file);
+    let _ = PROC.set(args.proc);
+    std::panic::set_hook(Box::new(|info| {
+        if !info.to_string().contains("planned panic") {
+            eprintln!("{info}");
+        }
+    }));
+    let global = connect(&args.prefix, &args.urls)
+        .await
+        .map_err(|e| e.to_string())?;
+    lock_runtime::init(global).map_err(|e| e.to_string())?;
+    let second = connect(&args.prefix, &args.urls)
+        .await
+        .map_err(|e| e.to_string())?;
+    let _ = SECOND.set(second);
+    let until = Instant::now() + Duration::from_millis(args.run_ms);
+    let handles: Vec<_> = (0..args.tasks)
+        .map(|task| tokio::spawn(task_loop(args.clone(), task, until)))
+        .collect();
+    let all = async {
+        for handle in handles {
+            let _ = handle.await;
+        }
+    };
+    if tokio::time::timeout(Duration::from_millis(args.run_ms + 20_000), all)
+        .await
+        .is_err()
+    {
+        eprintln!("worker {}: tasks did not finish in time", args.proc);
+    }
+    Ok(())
+}

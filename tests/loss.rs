@@ -186,8 +186,8 @@ async fn a_release_that_cannot_reach_redis_is_no_success() {
     }
 }
 
-/// Another program writes a hash at one lock's name: that lock is lost, and
-/// the renewal of the other locks in its batch goes on.
+/// Another program writes its own value at one lock's name: that lock is
+/// lost, and the renewal of the other locks in its batch goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_foreign_value_fails_only_its_own_lock() {
     let server = RedisServer::start();
@@ -203,12 +203,11 @@ async fn a_foreign_value_fails_only_its_own_lock() {
         .arg("lock:spoiled")
         .query(&mut con)
         .expect("DEL");
-    let _: () = redis::cmd("HSET")
+    let _: () = redis::cmd("SET")
         .arg("lock:spoiled")
-        .arg("job")
-        .arg("x")
+        .arg("another program's job")
         .query(&mut con)
-        .expect("HSET");
+        .expect("SET");
     match spoiled.outcome().await {
         Err(LockError::Lost { reason, .. }) => assert_eq!(reason, LossReason::Taken),
         other => panic!("expected Lost, got {other:?}"),

@@ -70,6 +70,7 @@ pub fn availability(ix: &Index<'_>, limits: &Limits) -> Vec<Violation> {
                 rule: 4,
                 key: c.key.clone(),
                 at,
+                shape: String::new(),
                 message: format!(
                     "availability: p{}t{} call {} timed out after waiting {:.0} ms; the key was unavailable with no holder and no fault for {:.0} ms",
                     c.proc,

@@ -63,6 +63,9 @@ pub struct Violation {
     pub at: u64,
     /// What was seen.
     pub message: String,
+    /// What kind of case (`same task`, `across processes`, an outcome):
+    /// the output shows a few of each.
+    pub shape: String,
 }
 
 /// The history with its calls indexed.
@@ -124,6 +127,18 @@ fn same_acquisition(x: &Body, y: &Body) -> bool {
     x.proc == y.proc && x.acq == y.acq
 }
 
+/// Whether two bodies come from one task, one process, or two processes.
+fn shape(x: &Body, y: &Body) -> String {
+    let s = if x.proc != y.proc {
+        "across processes"
+    } else if x.task != y.task {
+        "same process"
+    } else {
+        "same task"
+    };
+    s.to_owned()
+}
+
 fn describe(b: &Body) -> String {
     format!("p{}t{} call {} (acq {})", b.proc, b.task, b.call, b.acq)
 }
@@ -141,6 +156,7 @@ pub fn mutual_exclusion(ix: &Index<'_>) -> Vec<Violation> {
                     rule: 1,
                     key: key.to_owned(),
                     at: y.enter,
+                    shape: shape(x, y),
                     message: format!(
                         "mutual exclusion: {} and {} held the key at once for {:.1} ms, neither was told Lost",
                         describe(x),
@@ -160,14 +176,18 @@ pub fn fencing(ix: &Index<'_>) -> Vec<Violation> {
     for (key, bodies) in ix.by_key() {
         let mut top: Option<&Body> = None;
         for (i, y) in bodies.iter().enumerate() {
-            let v = |message| Violation {
+            let v = |message, shape| Violation {
                 rule: 2,
                 key: key.to_owned(),
                 at: y.enter,
                 message,
+                shape,
             };
             if y.token == 0 {
-                out.push(v(format!("fencing: {} has no token", describe(y))));
+                out.push(v(
+                    format!("fencing: {} has no token", describe(y)),
+                    "no token".to_owned(),
+                ));
                 continue;
             }
             if y.call != y.acq {
@@ -176,24 +196,30 @@ pub fn fencing(ix: &Index<'_>) -> Vec<Violation> {
                     .rev()
                     .find(|x| x.proc == y.proc && x.call == y.acq);
                 if let Some(outer) = outer.filter(|o| o.token != y.token) {
-                    out.push(v(format!(
-                        "fencing: re-entry {} has token {}, its outer call {}",
-                        describe(y),
-                        y.token,
-                        outer.token
-                    )));
+                    out.push(v(
+                        format!(
+                            "fencing: re-entry {} has token {}, its outer call {}",
+                            describe(y),
+                            y.token,
+                            outer.token
+                        ),
+                        "re-entry".to_owned(),
+                    ));
                 }
                 continue;
             }
             if let Some(x) = top.filter(|x| x.token >= y.token && x.enter < y.enter) {
                 if !ix.lost(y) {
-                    out.push(v(format!(
-                        "fencing: {} entered after {} with token {} <= {}, and was not told Lost",
-                        describe(y),
-                        describe(x),
-                        y.token,
-                        x.token
-                    )));
+                    out.push(v(
+                        format!(
+                            "fencing: {} entered after {} with token {} <= {}, and was not told Lost",
+                            describe(y),
+                            describe(x),
+                            y.token,
+                            x.token
+                        ),
+                        shape(x, y),
+                    ));
                 }
             }
             if top.is_none_or(|x| y.token > x.token) {
@@ -234,6 +260,7 @@ pub fn bounded_calls(ix: &Index<'_>, limits: &Limits) -> Vec<Violation> {
                 rule: 3,
                 key: c.key.clone(),
                 at: c.start,
+                shape: c.outcome.to_string(),
                 message: format!(
                     "bounded call: p{}t{} call {} took {:.0} ms to acquire (ended {}), bound {:.0} ms (wait {:.0} ms)",
                     c.proc,

@@ -71,13 +71,16 @@ pub struct Planned {
     pub dur_ms: u64,
     /// The delay of a `Delay` (ms).
     pub param: u64,
+    /// For proxy faults: one worker's link only (a partial partition), or
+    /// every worker's (`None`).
+    pub link: Option<usize>,
 }
 
 /// The fault plan of a run of `run_ms` on `nodes` nodes: a fault every
 /// 0.4–1.6 s, from 1.5 s until 3 s before the end, one at a time per node
 /// and at most `max_busy` nodes at once. Kinds come in rounds (each kind
 /// once per round, in a seeded order), so that a short run sees most.
-pub fn plan(seed: u64, nodes: usize, run_ms: u64, max_busy: usize) -> Vec<Planned> {
+pub fn plan(seed: u64, nodes: usize, workers: usize, run_ms: u64, max_busy: usize) -> Vec<Planned> {
     let mut rng = Rng::derive(seed, &[0xFA17, nodes as u64]);
     let mut out: Vec<Planned> = Vec::new();
     let mut busy_until = vec![0u64; nodes];
@@ -109,6 +112,9 @@ pub fn plan(seed: u64, nodes: usize, run_ms: u64, max_busy: usize) -> Vec<Planne
             _ => (0, 0),
         };
         let node = *rng.pick(&free);
+        let proxy_fault = matches!(kind, Kind::Delay | Kind::BlackHole | Kind::Reset);
+        let link = (proxy_fault && workers > 1 && rng.chance(50))
+            .then(|| rng.range(0, workers as u64 - 1) as usize);
         busy_until[node] = t + dur_ms + 500;
         out.push(Planned {
             at_ms: t,
@@ -116,20 +122,21 @@ pub fn plan(seed: u64, nodes: usize, run_ms: u64, max_busy: usize) -> Vec<Planne
             node,
             dur_ms,
             param,
+            link,
         });
     }
     out
 }
 
-/// A server and the proxy in front of it.
+/// A server and the proxies in front of it, one per worker.
 #[derive(Debug)]
 pub struct Node {
     /// Its name in the history (`node0`...).
     pub name: String,
     /// The server (behind a lock: restarts replace its process).
     pub server: Arc<Mutex<Server>>,
-    /// The proxy workers go through.
-    pub proxy: Proxy,
+    /// The proxies, one per worker: worker `w` goes through `proxies[w]`.
+    pub proxies: Vec<Proxy>,
 }
 
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -142,6 +149,10 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 pub async fn apply(fault: &Planned, node: &Node) -> Fault {
     let start = now_ns();
     let dur = Duration::from_millis(fault.dur_ms);
+    let proxies = match fault.link {
+        Some(w) => &node.proxies[w..=w],
+        None => &node.proxies[..],
+    };
     let server = node.server.clone();
     match fault.kind {
         Kind::Pause => {
@@ -167,27 +178,31 @@ pub async fn apply(fault: &Planned, node: &Node) -> Fault {
             let _ = blocking(move || server.lock().expect("server").client_kill(kind)).await;
         }
         Kind::Delay => {
-            node.proxy.delay(fault.param);
+            proxies.iter().for_each(|p| p.delay(fault.param));
             tokio::time::sleep(dur).await;
-            node.proxy.pass();
+            proxies.iter().for_each(Proxy::pass);
         }
         Kind::BlackHole => {
-            node.proxy.black_hole();
+            proxies.iter().for_each(Proxy::black_hole);
             tokio::time::sleep(dur).await;
             // Dropped chunks leave the streams torn: close them.
-            node.proxy.reset();
-            node.proxy.pass();
+            proxies.iter().for_each(Proxy::reset);
+            proxies.iter().for_each(Proxy::pass);
         }
-        Kind::Reset => node.proxy.reset(),
+        Kind::Reset => proxies.iter().for_each(Proxy::reset),
     }
     let kind = match fault.kind {
         Kind::Delay => format!("delay{}ms", fault.param),
         Kind::Pause => format!("pause{}ms", fault.dur_ms),
         other => other.as_str().to_owned(),
     };
+    let target = match fault.link {
+        Some(w) => format!("{}/w{w}", node.name),
+        None => node.name.clone(),
+    };
     Fault {
         kind,
-        target: node.name.clone(),
+        target,
         start,
         end: now_ns(),
     }
@@ -199,9 +214,9 @@ mod tests {
 
     #[test]
     fn same_seed_same_plan_within_limits() {
-        let a = plan(7, 5, 60_000, 2);
-        assert_eq!(a, plan(7, 5, 60_000, 2));
-        assert_ne!(a, plan(8, 5, 60_000, 2));
+        let a = plan(7, 5, 3, 60_000, 2);
+        assert_eq!(a, plan(7, 5, 3, 60_000, 2));
+        assert_ne!(a, plan(8, 5, 3, 60_000, 2));
         assert!(a.len() > 20);
         for f in &a {
             let at_once = a

@@ -37,18 +37,21 @@ pub struct RunResult {
     pub worker_errors: Vec<String>,
 }
 
-async fn start_nodes(dir: &TempDir, n: usize) -> std::io::Result<Vec<Arc<Node>>> {
+async fn start_nodes(dir: &TempDir, n: usize, workers: u32) -> std::io::Result<Vec<Arc<Node>>> {
     let mut nodes = Vec::new();
     for i in 0..n {
         let path = dir.path().join(format!("node{i}"));
         let server = tokio::task::spawn_blocking(move || Server::start(path))
             .await
             .map_err(std::io::Error::other)??;
-        let proxy = Proxy::start(server.port).await?;
+        let mut proxies = Vec::new();
+        for _ in 0..workers {
+            proxies.push(Proxy::start(server.port).await?);
+        }
         nodes.push(Arc::new(Node {
             name: format!("node{i}"),
             server: Arc::new(Mutex::new(server)),
-            proxy,
+            proxies,
         }));
     }
     Ok(nodes)
@@ -90,6 +93,7 @@ fn schedule_faults(
     let plan = faults::plan(
         cfg.seed ^ u64::from(cfg.redlock),
         nodes.len(),
+        cfg.workers as usize,
         cfg.run_ms,
         max_busy,
     );
@@ -113,12 +117,15 @@ fn schedule_faults(
 /// Runs one mode and checks its history.
 pub async fn run(cfg: &RunConfig) -> std::io::Result<RunResult> {
     let dir = TempDir::new(if cfg.redlock { "redlock" } else { "single" })?;
-    let nodes = start_nodes(&dir, if cfg.redlock { 5 } else { 1 }).await?;
-    let urls: Vec<String> = nodes.iter().map(|n| n.proxy.url()).collect();
-    let urls = urls.join(",");
+    let nodes = start_nodes(&dir, if cfg.redlock { 5 } else { 1 }, cfg.workers).await?;
     let mut children = Vec::new();
     for proc in 0..cfg.workers {
-        children.push(spawn_worker(cfg, proc, &urls, &dir)?);
+        // Each worker has its own link (proxy) to each node.
+        let urls: Vec<String> = nodes
+            .iter()
+            .map(|n| n.proxies[proc as usize].url())
+            .collect();
+        children.push(spawn_worker(cfg, proc, &urls.join(","), &dir)?);
     }
     let (windows, handles) = schedule_faults(cfg, &nodes);
     let limit = Duration::from_millis(cfg.run_ms + 30_000);

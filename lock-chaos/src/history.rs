@@ -235,6 +235,25 @@ pub struct History {
 }
 
 impl History {
+    /// Every record as history lines (bodies, calls, then faults).
+    pub fn to_text(&self) -> String {
+        let bodies = self.bodies.iter().map(Body::line);
+        let calls = self.calls.iter().map(Call::line);
+        bodies
+            .chain(calls)
+            .chain(self.faults.iter().map(Fault::line))
+            .collect()
+    }
+
+    /// The earliest time in the history (ms offsets in reports count from it).
+    pub fn origin(&self) -> u64 {
+        let calls = self.calls.iter().map(|c| c.start);
+        calls
+            .chain(self.faults.iter().map(|f| f.start))
+            .min()
+            .unwrap_or(0)
+    }
+
     /// Adds the lines of `text`.
     pub fn parse_into(&mut self, text: &str) {
         for line in text.lines().filter(|l| !l.is_empty()) {

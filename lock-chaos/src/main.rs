@@ -3,13 +3,15 @@
 
 use std::time::Instant;
 
-use lock_chaos::checker::Index;
+use lock_chaos::checker::{self, Limits};
 use lock_chaos::harness::{self, RunConfig};
+use lock_chaos::history::History;
 use lock_chaos::report;
 use lock_chaos::worker::{self, WorkerArgs};
 
 const USAGE: &str = "usage: lock-chaos [--minutes N | --seconds N] [--seed S] \
-[--mode single|redlock|both] [--workers N] [--tasks N] [--show N]";
+[--mode single|redlock|both] [--workers N] [--tasks N] [--show N] [--history DIR]
+       lock-chaos check FILE [--show N]";
 
 /// The harness's options.
 struct Cli {
@@ -19,6 +21,7 @@ struct Cli {
     workers: u32,
     tasks: u32,
     show: usize,
+    history: Option<String>,
 }
 
 fn value(args: &[String], i: usize) -> Result<&str, String> {
@@ -41,6 +44,7 @@ fn parse_cli(args: &[String]) -> Result<Cli, String> {
         workers: 3,
         tasks: 4,
         show: 3,
+        history: None,
     };
     let mut i = 0;
     while i < args.len() {
@@ -52,6 +56,7 @@ fn parse_cli(args: &[String]) -> Result<Cli, String> {
             "--workers" => cli.workers = num(args, i)?,
             "--tasks" => cli.tasks = num(args, i)?,
             "--show" => cli.show = num(args, i)?,
+            "--history" => cli.history = Some(value(args, i)?.to_owned()),
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
@@ -109,28 +114,17 @@ async fn run_mode(cli: &Cli, redlock: bool, seconds: u64) -> Result<usize, Strin
         .await
         .map_err(|e| format!("harness: {e}"))?;
     let h = &result.history;
-    let origin = h
-        .calls
-        .iter()
-        .map(|c| c.start)
-        .chain(h.faults.iter().map(|f| f.start))
-        .min()
-        .unwrap_or(0);
-    let ix = Index::new(h);
-    // Every violation in one line; the first `--show` of each rule with
-    // their context.
-    let mut shown = [0usize; 5];
-    for v in &result.violations {
-        let n = &mut shown[usize::from(v.rule).min(4)];
-        let at = (v.at as f64 - origin as f64) / 1e6;
-        println!(
-            "VIOLATION seed={} mode={name} rule={} key={} at={at:.3}ms: {}",
-            cli.seed, v.rule, v.key, v.message
-        );
-        if *n < cli.show {
-            print!("{}", report::context(&ix, v, origin));
+    let label = format!("seed={} mode={name}", cli.seed);
+    print!(
+        "{}",
+        report::findings(h, &result.violations, &label, cli.show)
+    );
+    if let Some(dir) = &cli.history {
+        let path = std::path::Path::new(dir).join(format!("{name}-seed{}.history", cli.seed));
+        match std::fs::write(&path, h.to_text()) {
+            Ok(()) => println!("history written to {}", path.display()),
+            Err(e) => println!("cannot write {}: {e}", path.display()),
         }
-        *n += 1;
     }
     for e in &result.worker_errors {
         println!("worker stderr: {e}");
@@ -157,8 +151,42 @@ async fn harness_main(cli: Cli) -> Result<usize, String> {
     Ok(found)
 }
 
+/// `check FILE [--show N]`: checks a saved history again.
+fn check_file(args: &[String]) -> i32 {
+    let Some(file) = args.first() else {
+        eprintln!("{USAGE}");
+        return 2;
+    };
+    let show = match args.get(1).map(String::as_str) {
+        Some("--show") => num(args, 1).unwrap_or(3),
+        _ => 3,
+    };
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("{file}: {e}");
+            return 2;
+        }
+    };
+    let mut history = History::default();
+    history.parse_into(&text);
+    let violations = checker::check(&history, &Limits::default());
+    print!("{}", report::findings(&history, &violations, file, show));
+    let span = history
+        .faults
+        .iter()
+        .map(|f| f.end)
+        .chain(history.calls.iter().map(|c| c.end));
+    let seconds = span.max().unwrap_or(0).saturating_sub(history.origin()) as f64 / 1e9;
+    print!("{}", report::summary(&history, seconds, &violations));
+    i32::from(!violations.is_empty())
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("check") {
+        std::process::exit(check_file(&args[1..]));
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

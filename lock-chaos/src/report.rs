@@ -5,6 +5,7 @@ use std::fmt::Write;
 
 use crate::checker::{Index, Violation};
 use crate::history::{History, OUTCOMES};
+use std::collections::HashMap;
 
 /// Milliseconds since `origin`, for reading.
 fn rel(t: u64, origin: u64) -> String {
@@ -140,4 +141,27 @@ pub fn fault_counts(h: &History) -> BTreeMap<String, usize> {
         *kinds.entry(kind_family(&f.kind).to_owned()).or_default() += 1;
     }
     kinds
+}
+
+/// Every violation in one line, and the context of the first `show` of
+/// each rule and shape (so that rarer cases are shown too).
+pub fn findings(h: &History, violations: &[Violation], label: &str, show: usize) -> String {
+    let ix = Index::new(h);
+    let origin = h.origin();
+    let mut shown: HashMap<(u8, &str), usize> = HashMap::new();
+    let mut out = String::new();
+    for v in violations {
+        let n = shown.entry((v.rule, v.shape.as_str())).or_default();
+        let at = (v.at as f64 - origin as f64) / 1e6;
+        let _ = writeln!(
+            out,
+            "VIOLATION {label} rule={} key={} at={at:.3}ms: {}",
+            v.rule, v.key, v.message
+        );
+        if *n < show {
+            out.push_str(&context(&ix, v, origin));
+        }
+        *n += 1;
+    }
+    out
 }

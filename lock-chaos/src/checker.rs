@@ -92,11 +92,17 @@ impl<'a> Index<'a> {
     }
 
     /// Whether the body's call, or its acquisition's, was told `Lost` (or
-    /// never reported: the worker died).
+    /// never reported: the worker died), or was cut by the worker
+    /// (cancelled, dropped, panicked) while a fault was on: a fault can
+    /// erase or expire a grant, and a cut call can no longer be told.
     pub fn lost(&self, b: &Body) -> bool {
         [b.call, b.acq]
             .iter()
             .any(|&id| match self.call(b.proc, id) {
+                Some(c) if c.outcome.is_cut() => {
+                    let (from, to) = (c.start.min(b.enter), b.exit);
+                    faults_over(&self.history.faults, from, to, 0).next().is_some()
+                }
                 Some(c) => c.outcome.is_lost(),
                 None => true,
             })

@@ -118,8 +118,9 @@ fn classify(result: Result<(), CallError>) -> Outcome {
         Err(CallError::Lock(e)) => match e {
             LockError::Lost { reason, .. } => match reason {
                 lock_runtime::LossReason::Expired => Outcome::LostExpired,
-                lock_runtime::LossReason::Taken => Outcome::LostTaken,
-                _ => Outcome::Other,
+                // Taken, or a release that could not confirm the hold
+                // (`Unconfirmed`): a loss all the same.
+                _ => Outcome::LostTaken,
             },
             LockError::Timeout { .. } => Outcome::Timeout,
             LockError::Backend { .. } => Outcome::Backend,

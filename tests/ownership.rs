@@ -99,3 +99,39 @@ on_both_backends! {
             .expect("chain");
     }
 }
+
+/// A nested call through a second client of the same Redis, on a key the
+/// body holds through the first, would wait for the body's own hold: it
+/// fails at once, saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nested_call_through_another_client_on_a_held_key_fails_at_once() {
+    let env = support::Env::new(support::Kind::Redis).await;
+    let a = env.client.clone();
+    let b = env.other_client().await;
+    let forever = LockOptions::new().wait(Duration::MAX);
+    let nested = a
+        .run_locked("held", ONCE, async {
+            Ok::<_, LockError>(
+                b.run_locked("held", forever, async { Ok::<_, LockError>(()) })
+                    .await,
+            )
+        })
+        .await
+        .expect("outer");
+    match nested {
+        Err(LockError::Invalid { key, message }) => {
+            assert_eq!(key, "lock:held");
+            assert!(message.contains("another client"), "{message}");
+        }
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+    // Another Redis: nothing to tell, so the call is an ordinary acquire.
+    let elsewhere = support::Env::new(support::Kind::Redis).await;
+    let c = elsewhere.client.clone();
+    a.run_locked("held", ONCE, async {
+        c.run_locked("held", ONCE, async { Ok::<_, LockError>(()) })
+            .await
+    })
+    .await
+    .expect("different Redis servers");
+}

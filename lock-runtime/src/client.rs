@@ -34,6 +34,9 @@ pub struct LockClient {
 pub(crate) struct Inner {
     /// A random id, the prefix of every owner id of this client.
     pub id: Arc<str>,
+    /// Where the client keeps its locks: its Redis node (address and
+    /// database) or Redlock nodes, or for the embedded backend its own id.
+    pub place: Arc<str>,
     /// Numbers the client's acquisitions (and their owner ids).
     lock_ids: AtomicU64,
     pub prefix: Box<str>,
@@ -234,6 +237,7 @@ impl LockClientBuilder {
     }
 
     async fn connect_to(self, target: Target) -> Result<LockClient, LockError> {
+        let place = target.place();
         let io = self.io().map_err(|e| LockError::Connect(e.into()))?;
         let id = new_client_id();
         let waiters = Arc::new(Waiters::default());
@@ -327,7 +331,7 @@ impl LockClientBuilder {
                 ))));
             }
         };
-        Ok(self.finish(id, backend, waiters, io))
+        Ok(self.finish((id, place), backend, waiters, io))
     }
 
     /// The embedded backend: the same semantics inside this process.
@@ -340,10 +344,18 @@ impl LockClientBuilder {
             .io()
             .expect("lock-runtime: cannot start the client's background thread");
         let backend = Backend::Memory(MemoryBackend::default());
-        self.finish(new_client_id(), backend, Arc::new(Waiters::default()), io)
+        let id = new_client_id();
+        let ids = (id.clone(), id);
+        self.finish(ids, backend, Arc::new(Waiters::default()), io)
     }
 
-    fn finish(self, id: Arc<str>, backend: Backend, waiters: Arc<Waiters>, io: Io) -> LockClient {
+    fn finish(
+        self,
+        (id, place): (Arc<str>, Arc<str>),
+        backend: Backend,
+        waiters: Arc<Waiters>,
+        io: Io,
+    ) -> LockClient {
         let registry = Registry::new(waiters.clone());
         let watchdog = watchdog::run(registry.clone(), backend.clone(), self.renewal_batch);
         io.spawn_until_closed(watchdog);
@@ -353,6 +365,7 @@ impl LockClientBuilder {
         }
         let inner = Arc::new(Inner {
             id,
+            place,
             lock_ids: AtomicU64::new(0),
             prefix: self.prefix.into(),
             lease: self.lease,
@@ -371,6 +384,20 @@ impl LockClientBuilder {
 enum Target {
     One(String),
     Quorum(Vec<String>),
+}
+
+impl Target {
+    /// Where the locks live: the node, or the Redlock nodes in order.
+    fn place(&self) -> Arc<str> {
+        match self {
+            Target::One(url) => node_name(url),
+            Target::Quorum(urls) => {
+                let mut nodes: Vec<Arc<str>> = urls.iter().map(|u| node_name(u)).collect();
+                nodes.sort();
+                nodes.join(",").into()
+            }
+        }
+    }
 }
 
 /// A node's address and database without credentials, for error messages

@@ -58,6 +58,9 @@ pub(crate) struct HeldLock {
     pub id: u64,
     /// The id of the client that took it: keys are per client.
     pub client: Arc<str>,
+    /// Where the client keeps its locks (see `Inner::place`): two clients
+    /// with one place contend for the same locks.
+    pub place: Arc<str>,
     /// The chain around the body that took this one, in the same task.
     pub parent: Option<Frame>,
     /// The full key: the client's prefix, then the rendered key.
@@ -102,7 +105,7 @@ impl HeldLock {
     /// `sent + lease - drift`.
     pub(crate) fn new(
         id: u64,
-        (client, parent): (Arc<str>, Option<Frame>),
+        (client, place, parent): (Arc<str>, Arc<str>, Option<Frame>),
         (key, prefix_len): (String, usize),
         owner: u64,
         Term {
@@ -117,6 +120,7 @@ impl HeldLock {
         let held = HeldLock {
             id,
             client,
+            place,
             parent,
             key,
             // A prefix is a few bytes; the clamp only keeps `user_key` in

@@ -44,6 +44,12 @@ pub(crate) fn held(client: &str, key: &str) -> Option<Arc<HeldLock>> {
     find(|held| &*held.key == key && &*held.client == client)
 }
 
+/// A lock `key` (full key) that the running body holds through another
+/// client that keeps its locks in the same `place`.
+pub(crate) fn held_elsewhere(client: &str, place: &str, key: &str) -> Option<Arc<HeldLock>> {
+    find(|held| &*held.key == key && &*held.place == place && &*held.client != client)
+}
+
 /// The lock on `key` (as the caller wrote it, without prefix) held by the
 /// running body, innermost first.
 pub(crate) fn held_user_key(key: &str) -> Option<Arc<HeldLock>> {

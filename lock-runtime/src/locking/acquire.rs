@@ -46,7 +46,7 @@ pub(crate) async fn acquire(client: &LockClient, request: Request) -> Result<Hel
     };
     let owner_id = OwnerId::new(&inner.id, owner);
     let held = |key: String, token: u64, sent: Instant| {
-        let chain = (inner.id.clone(), parent);
+        let chain = (inner.id.clone(), inner.place.clone(), parent);
         let prefix = inner.prefix.len();
         HeldLock::new(id, chain, (key, prefix), owner, term, token, sent)
     };

@@ -228,6 +228,14 @@ fn start<'a, T, E>(
         let outer = parent.expect("a held lock is in a chain");
         return Ok(Phase::Reentered(Frame::Reentered(Arc::new((held, outer)))));
     }
+    if ownership::held_elsewhere(&inner.id, &inner.place, &key).is_some() {
+        return Err(LockError::Invalid {
+            key,
+            message: "the body holds this lock through another client of the same Redis: \
+                      a nested call through this client would wait for the body's own hold; \
+                      make the nested call on the client that took the lock",
+        });
+    }
     if key.len() == inner.prefix.len() {
         return Err(LockError::Invalid {
             key,

@@ -4,7 +4,7 @@ mod support;
 use std::time::Duration;
 
 use lock_runtime::{LockError, LockOptions};
-use support::Holder;
+use support::{Env, Holder, Kind};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -195,4 +195,42 @@ on_both_backends! {
         holder.release().await.expect("holder");
         waiter.await.expect("waiter").expect("taken after the release");
     }
+}
+
+/// Waiters cancelled while their subscription is being made leave no
+/// subscription behind, and the one that stays is woken by the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_waiters_leave_no_subscription_behind() {
+    let env = Env::new(Kind::Redis).await;
+    let server = env.server.as_ref().expect("redis");
+    let numsub = || -> i64 {
+        let (_, n): (String, i64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("lock:listened")
+            .query(&mut server.connection())
+            .expect("PUBSUB NUMSUB");
+        n
+    };
+    let holder = Holder::start(&env.client, "listened", LockOptions::new()).await;
+    let other = env.other_client().await;
+    let wait = LockOptions::new().wait(Duration::from_secs(30));
+    for _ in 0..20 {
+        let call = other.run_locked("listened", wait, async { Ok::<_, LockError>(()) });
+        let cut = tokio::time::timeout(Duration::from_millis(1), call).await;
+        assert!(cut.is_err(), "cancelled while waiting");
+    }
+    let gone = support::eventually(Duration::from_secs(5), || numsub() == 0).await;
+    assert!(gone, "{} subscriptions left", numsub());
+
+    let waiter = tokio::spawn(async move {
+        other
+            .run_locked("listened", wait, async { Ok::<_, LockError>(()) })
+            .await
+    });
+    let listening = support::eventually(Duration::from_secs(5), || numsub() == 1).await;
+    assert!(listening);
+    holder.release().await.expect("holder");
+    waiter.await.expect("waiter").expect("woken by the release");
+    let gone = support::eventually(Duration::from_secs(5), || numsub() == 0).await;
+    assert!(gone, "{} subscriptions left", numsub());
 }

@@ -101,7 +101,9 @@ impl<'a> Index<'a> {
             .any(|&id| match self.call(b.proc, id) {
                 Some(c) if c.outcome.is_cut() => {
                     let (from, to) = (c.start.min(b.enter), b.exit);
-                    faults_over(&self.history.faults, from, to, 0).next().is_some()
+                    faults_over(&self.history.faults, from, to, 0)
+                        .next()
+                        .is_some()
                 }
                 Some(c) => c.outcome.is_lost(),
                 None => true,

@@ -106,27 +106,26 @@ impl Commands {
     /// send `SET NX` (its extend script also calls `set`, but no workload
     /// except (e) extends).
     pub fn round_trips(&self) -> u64 {
-        let direct_sets = if self.get("time") == 0 {
-            self.get("set")
-        } else {
-            0
-        };
-        direct_sets
-            + self
-                .0
-                .iter()
-                .filter(|(name, _)| !INSIDE_SCRIPTS.contains(&name.as_str()))
-                .map(|(_, n)| n)
-                .sum::<u64>()
+        self.sent().map(|(_, n)| n).sum()
+    }
+
+    /// The commands that clients sent, with their counts: see
+    /// [`Commands::round_trips`].
+    fn sent(&self) -> impl Iterator<Item = (&str, u64)> {
+        let direct_sets = self.get("time") == 0;
+        self.0
+            .iter()
+            .filter(move |(name, _)| {
+                !INSIDE_SCRIPTS.contains(&name.as_str()) || (direct_sets && *name == "set")
+            })
+            .map(|(name, n)| (name.as_str(), *n))
     }
 
     /// Server time (µs) inside the commands that clients sent, scripts
     /// included with the commands they call.
     pub fn server_usec(&self) -> u64 {
-        self.1
-            .iter()
-            .filter(|(name, _)| !INSIDE_SCRIPTS.contains(&name.as_str()))
-            .map(|(_, n)| n)
+        self.sent()
+            .map(|(name, _)| self.1.get(name).copied().unwrap_or(0))
             .sum()
     }
 
@@ -147,10 +146,9 @@ impl Commands {
     pub fn per_op(&self, per: u64) -> String {
         let per = per.max(1) as f64;
         let parts: Vec<String> = self
-            .0
-            .iter()
-            .filter(|(name, n)| !INSIDE_SCRIPTS.contains(&name.as_str()) && **n > 0)
-            .map(|(name, n)| format!("{name} {:.2}", *n as f64 / per))
+            .sent()
+            .filter(|(_, n)| *n > 0)
+            .map(|(name, n)| format!("{name} {:.2}", n as f64 / per))
             .collect();
         if parts.is_empty() {
             "none".into()

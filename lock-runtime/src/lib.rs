@@ -60,12 +60,14 @@
 //! and the body never runs without the lock.
 //!
 //! # How it works
-//! - A lock is a Redis hash at `prefix + key` (fields `owner`, `holds` and
-//!   `fence`, the last fencing token), with a `PEXPIRE` lease. Taking, releasing and renewing are
-//!   each one Lua script (loaded once, called by `EVALSHA`).
+//! - A lock is a Redis string at `prefix + key`,
+//!   `L1:<fence>:<state>:<owner>`, with the lease as its expiry (see
+//!   `docs/redis-layout.md` in the repository). Taking, releasing and
+//!   renewing are each one Lua script (loaded once, called by `EVALSHA`).
 //! - Ownership is the extent of the body: a locked call made inside a
-//!   locked body (same task) on the same key re-enters with no round trip; a
-//!   spawned task is another owner.
+//!   locked body (same task, same client) on the same key re-enters with no
+//!   round trip. Every other call is an acquisition with an owner id of its
+//!   own: a spawned task, a future joined next to another inside a body.
 //! - Waiters line up per key in arrival order within a client; the head of
 //!   the line subscribes to the lock's release channel and retries when the
 //!   holder's release publishes, or when the holder's lease runs out.
@@ -77,7 +79,8 @@
 //! - One watchdog task per client renews every held lock at a third of its
 //!   lease, batching locks into one script call. A renewal that finds the lock
 //!   gone, or a lease that runs out with no successful renewal, stops the body
-//!   with [`LockError::Lost`].
+//!   with [`LockError::Lost`]; so does a release that finds the lock gone or
+//!   cannot reach Redis, whatever the body returned.
 #![warn(missing_docs)]
 
 mod backend;

@@ -216,3 +216,30 @@ async fn a_foreign_value_fails_only_its_own_lock() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     kept.release().await.expect("still held");
 }
+
+/// Another program overwrites the lock while the body runs: the release
+/// meets its value, and the call reports the lock taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_that_meets_a_foreign_value_reports_the_lock_taken() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let result = client
+        .run_locked("overwritten", LockOptions::new(), async {
+            let _: () = redis::cmd("SET")
+                .arg("lock:overwritten")
+                .arg("another program's value")
+                .query(&mut server.connection())
+                .expect("SET");
+            Ok::<_, LockError>(())
+        })
+        .await;
+    match result {
+        Err(LockError::Lost { reason, .. }) => assert_eq!(reason, LossReason::Taken),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+    let value: String = redis::cmd("GET")
+        .arg("lock:overwritten")
+        .query(&mut server.connection())
+        .expect("GET");
+    assert_eq!(value, "another program's value", "left as it was");
+}

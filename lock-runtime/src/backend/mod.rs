@@ -37,6 +37,15 @@ pub(crate) enum BackendError {
 }
 
 impl BackendError {
+    /// Whether the server answered that the lock's key holds something that
+    /// is not a lock of this layout (`LOCKLAYOUT`, or `WRONGTYPE`).
+    pub(crate) fn is_foreign(&self) -> bool {
+        match self {
+            BackendError::Redis(e) => matches!(e.code(), Some("LOCKLAYOUT" | "WRONGTYPE")),
+            BackendError::NoQuorum { .. } => false,
+        }
+    }
+
     /// Whether the request may still have run (or may yet run) on the
     /// server: a timeout, a dropped connection, too few Redlock nodes.
     pub(crate) fn outcome_unknown(&self) -> bool {

@@ -18,7 +18,7 @@ use ::redis::aio::MultiplexedConnection;
 use ::redis::RedisError;
 use tokio::runtime;
 
-use crate::error::NodeFailure;
+use crate::error::{LockError, NodeFailure};
 use crate::io::polled_on;
 
 /// Why a backend could not answer.
@@ -37,6 +37,26 @@ pub(crate) enum BackendError {
 }
 
 impl BackendError {
+    /// The caller's error for this failure on the lock `key`.
+    pub(crate) fn on_key(self, key: &str) -> LockError {
+        match self {
+            BackendError::Redis(source) => LockError::Backend {
+                key: key.to_owned(),
+                source,
+            },
+            BackendError::NoQuorum {
+                needed,
+                reached,
+                failures,
+            } => LockError::NoQuorum {
+                key: key.to_owned(),
+                needed,
+                reached,
+                failures,
+            },
+        }
+    }
+
     /// Whether the server answered that the lock's key holds something that
     /// is not a lock of this layout (`LOCKLAYOUT`, or `WRONGTYPE`).
     pub(crate) fn is_foreign(&self) -> bool {

@@ -9,7 +9,6 @@ use crate::backend::{Acquire, BackendError, Route};
 use crate::client::LockClient;
 use crate::error::LockError;
 use crate::held::{Frame, HeldLock, Term};
-use crate::locking::backend_error;
 use crate::owner_id::OwnerId;
 
 /// How long a waiter sleeps when the holder's lock has no expiry (someone
@@ -64,7 +63,7 @@ pub(crate) async fn acquire(client: &LockClient, request: Request) -> Result<Hel
                 })
             }
             Ok(Acquire::Held(_)) => {}
-            Err(source) => return Err(backend_error(&key, source)),
+            Err(source) => return Err(source.on_key(&key)),
         }
     }
 
@@ -123,7 +122,7 @@ impl Line<'_> {
                             .checked_add(ttl)
                             .map_or(deadline, |at| at.min(deadline));
                     }
-                    Err(source) => return Err(backend_error(self.key, source)),
+                    Err(source) => return Err(source.on_key(self.key)),
                 }
             }
             let now = Instant::now();

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use pin_project_lite::pin_project;
 
-use crate::backend::{BackendError, Route};
+use crate::backend::Route;
 use crate::client::LockClient;
 use crate::error::{LockError, LossReason};
 use crate::held::{Frame, HeldLock, Term};
@@ -329,24 +329,4 @@ fn finish<T, E: From<LockError>>(
         Released::Unknown => LossReason::Unconfirmed,
     };
     Err(E::from(lost(held, reason)))
-}
-
-/// The error for a backend failure on `key`.
-pub(crate) fn backend_error(key: &str, error: BackendError) -> LockError {
-    match error {
-        BackendError::Redis(source) => LockError::Backend {
-            key: key.to_owned(),
-            source,
-        },
-        BackendError::NoQuorum {
-            needed,
-            reached,
-            failures,
-        } => LockError::NoQuorum {
-            key: key.to_owned(),
-            needed,
-            reached,
-            failures,
-        },
-    }
 }

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use crate::backend::{Release, Route};
 use crate::client::LockClient;
 use crate::held::HeldLock;
-use crate::locking::backend_error;
 
 /// How a release ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,7 +42,7 @@ pub(crate) async fn release(client: &LockClient, held: &HeldLock, route: &Route)
         Ok(Release::Freed) => Released::Freed,
         Ok(Release::NotHeld) => Released::NotHeld,
         Err(error) => {
-            let error = backend_error(&held.key, error);
+            let error = error.on_key(&held.key);
             tracing::warn!(%error, "release failed twice; the lock expires with its lease");
             if cfg!(feature = "defect-ok-after-unknown-release") {
                 Released::Freed

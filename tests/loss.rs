@@ -243,3 +243,57 @@ async fn a_release_that_meets_a_foreign_value_reports_the_lock_taken() {
         .expect("GET");
     assert_eq!(value, "another program's value", "left as it was");
 }
+
+/// The body returns its own error, but the release finds the lock gone: the
+/// loss wins, since it says more about what the body did.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loss_found_at_the_release_wins_over_the_bodys_error() {
+    #[derive(Debug)]
+    enum AppError {
+        Lock(LockError),
+        Mine,
+    }
+    impl From<LockError> for AppError {
+        fn from(e: LockError) -> Self {
+            AppError::Lock(e)
+        }
+    }
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let result: Result<(), AppError> = client
+        .run_locked("erred", LockOptions::new(), async {
+            let _: () = redis::cmd("DEL")
+                .arg("lock:erred")
+                .query(&mut server.connection())
+                .expect("DEL");
+            Err(AppError::Mine)
+        })
+        .await;
+    match result {
+        Err(AppError::Lock(LockError::Lost { reason, .. })) => {
+            assert_eq!(reason, LossReason::Taken)
+        }
+        other => panic!("expected Lost, got {other:?}"),
+    }
+}
+
+/// A body without renewal that outlives its lease in one poll (a long
+/// computation, say) lost the lock by expiry, not because it was taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_outlives_its_lease_without_renewal_reports_expired() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let options = LockOptions::new()
+        .lease(Duration::from_millis(200))
+        .renew(false);
+    let result = client
+        .run_locked("outlived", options, async {
+            std::thread::sleep(Duration::from_millis(400));
+            Ok::<_, LockError>(())
+        })
+        .await;
+    match result {
+        Err(LockError::Lost { reason, .. }) => assert_eq!(reason, LossReason::Expired),
+        other => panic!("expected Lost, got {other:?}"),
+    }
+}

@@ -77,7 +77,7 @@ pub struct Planned {
 }
 
 /// The fault plan of a run of `run_ms` on `nodes` nodes: a fault every
-/// 0.4–1.6 s, from 1.5 s until 3 s before the end, one at a time per node
+/// 0.4–1.6 s (one gap in five is a calm 3–5 s), from 1.5 s until 3 s before the end, one at a time per node
 /// and at most `max_busy` nodes at once. Kinds come in rounds (each kind
 /// once per round, in a seeded order), so that a short run sees most.
 pub fn plan(seed: u64, nodes: usize, workers: usize, run_ms: u64, max_busy: usize) -> Vec<Planned> {
@@ -87,7 +87,13 @@ pub fn plan(seed: u64, nodes: usize, workers: usize, run_ms: u64, max_busy: usiz
     let mut t = 1500;
     let mut bag: Vec<Kind> = Vec::new();
     for _ in 0..100_000 {
-        t += rng.range(400, 1600);
+        // Now and then a calm stretch, where availability is checked
+        // without faults to explain it.
+        t += if rng.chance(20) {
+            rng.range(3000, 5000)
+        } else {
+            rng.range(400, 1600)
+        };
         if t + 3000 >= run_ms {
             break;
         }

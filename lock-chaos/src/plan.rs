@@ -107,8 +107,9 @@ pub fn step(rng: &mut Rng, key: Option<u64>, client: Option<u8>) -> Step {
     }
 }
 
-/// A random top-level operation.
-pub fn op(rng: &mut Rng) -> Op {
+/// A random top-level operation. Siblings sometimes lock one key twice,
+/// unless `distinct_siblings`.
+pub fn op(rng: &mut Rng, distinct_siblings: bool) -> Op {
     let mut top = step(rng, None, None);
     let roll = rng.range(0, 99);
     top.inner = if roll < 15 {
@@ -118,10 +119,12 @@ pub fn op(rng: &mut Rng) -> Op {
         Inner::Nested(Box::new(step(rng, Some(other), None)))
     } else if roll < 37 {
         let a = (top.key + rng.range(1, KEYS - 1)) % KEYS;
-        let b = if rng.chance(50) {
+        let b = if !distinct_siblings && rng.chance(50) {
             a
         } else {
-            (top.key + rng.range(1, KEYS - 1)) % KEYS
+            // Another key than the body's and than `a`.
+            let others: Vec<u64> = (0..KEYS).filter(|&k| k != top.key && k != a).collect();
+            *rng.pick(&others)
         };
         // Siblings on the global client (where owners could be confused).
         Inner::Siblings(

@@ -143,3 +143,33 @@ pub fn op(rng: &mut Rng, distinct_siblings: bool) -> Op {
         spawn,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_seed_same_operations() {
+        let ops = |seed| {
+            let mut rng = Rng::derive(seed, &[1, 2]);
+            (0..50)
+                .map(|_| format!("{:?}", op(&mut rng, false)))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ops(7), ops(7));
+        assert_ne!(ops(7), ops(8));
+    }
+
+    #[test]
+    fn distinct_siblings_take_two_keys_other_than_the_body_s() {
+        let mut rng = Rng::new(3);
+        for _ in 0..2000 {
+            let op = op(&mut rng, true);
+            if let Inner::Siblings(a, b) = &op.step.inner {
+                assert_ne!(a.key, b.key);
+                assert_ne!(a.key, op.step.key);
+                assert_ne!(b.key, op.step.key);
+            }
+        }
+    }
+}

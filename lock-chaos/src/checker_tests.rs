@@ -159,3 +159,27 @@ fn timeout_with_no_holder_fails_rule_4() {
         .push(call(1, 10, 10, "x", 100_100, 101_100, Outcome::Timeout));
     assert_eq!(rules(&check(&h, &Limits::default())), vec![4]);
 }
+
+#[test]
+fn reentry_under_a_lost_acquisition_is_exempt_from_rule_1() {
+    let mut h = good();
+    // The outer call lost its lock; its re-entry overlaps the next holder.
+    section(&mut h, 0, 10, "x", 10, 100, 5, Outcome::LostTaken);
+    h.bodies.push(body(0, 11, 10, "x", 20, 90, 5));
+    h.calls.push(call(0, 11, 10, "x", 20, 91, Outcome::Dropped));
+    section(&mut h, 1, 10, "x", 50, 60, 6, Outcome::Ok);
+    let v = check(&h, &Limits::default());
+    assert!(v.is_empty(), "{v:#?}");
+}
+
+#[test]
+fn lease_after_a_cut_call_without_body_explains_a_timeout() {
+    let mut h = good();
+    // A call cancelled while acquiring may hold the key unseen for a lease.
+    h.calls
+        .push(call(0, 10, 10, "x", 100_000, 100_050, Outcome::Cancelled));
+    h.calls
+        .push(call(1, 10, 10, "x", 100_060, 100_500, Outcome::Timeout));
+    let v = check(&h, &Limits::default());
+    assert!(v.is_empty(), "{v:#?}");
+}

@@ -76,18 +76,51 @@ pub struct Planned {
     pub link: Option<usize>,
 }
 
+/// What a plan is for.
+#[derive(Debug, Clone)]
+pub struct Shape {
+    /// How many nodes.
+    pub nodes: usize,
+    /// How many workers (one link each per node).
+    pub workers: usize,
+    /// The run's length (ms).
+    pub run_ms: u64,
+    /// At most this many nodes under a fault at once.
+    pub max_busy: usize,
+    /// The kinds to use (all of [`KINDS`] by default).
+    pub kinds: Vec<Kind>,
+}
+
+/// The kind named `name` (as in the history, without parameters).
+pub fn kind_named(name: &str) -> Option<Kind> {
+    KINDS.iter().copied().find(|k| k.as_str() == name)
+}
+
 /// The fault plan of a run of `run_ms` on `nodes` nodes: a fault every
-/// 0.4–1.6 s, from 1.5 s until 3 s before the end, one at a time per node
+/// 0.4–1.6 s (one gap in five is a calm 3–5 s), from 1.5 s until 3 s before the end, one at a time per node
 /// and at most `max_busy` nodes at once. Kinds come in rounds (each kind
 /// once per round, in a seeded order), so that a short run sees most.
-pub fn plan(seed: u64, nodes: usize, workers: usize, run_ms: u64, max_busy: usize) -> Vec<Planned> {
+pub fn plan(seed: u64, shape: &Shape) -> Vec<Planned> {
+    let Shape {
+        nodes,
+        workers,
+        run_ms,
+        max_busy,
+        ref kinds,
+    } = *shape;
     let mut rng = Rng::derive(seed, &[0xFA17, nodes as u64]);
     let mut out: Vec<Planned> = Vec::new();
     let mut busy_until = vec![0u64; nodes];
     let mut t = 1500;
     let mut bag: Vec<Kind> = Vec::new();
     for _ in 0..100_000 {
-        t += rng.range(400, 1600);
+        // Now and then a calm stretch, where availability is checked
+        // without faults to explain it.
+        t += if rng.chance(20) {
+            rng.range(3000, 5000)
+        } else {
+            rng.range(400, 1600)
+        };
         if t + 3000 >= run_ms {
             break;
         }
@@ -98,12 +131,13 @@ pub fn plan(seed: u64, nodes: usize, workers: usize, run_ms: u64, max_busy: usiz
         }
         if bag.is_empty() {
             // Every kind once per round, in a seeded order.
-            bag = KINDS.to_vec();
+            bag = kinds.clone();
             for i in (1..bag.len()).rev() {
                 bag.swap(i, rng.range(0, i as u64) as usize);
             }
         }
-        let kind = bag.pop().expect("refilled");
+        let kind = bag.pop();
+        let Some(kind) = kind else { break };
         let (dur_ms, param) = match kind {
             Kind::Pause => (*rng.pick(&[80, 150, 400, 700, 1500, 2500]), 0),
             Kind::Restore => (rng.range(50, 900), 0),
@@ -214,9 +248,16 @@ mod tests {
 
     #[test]
     fn same_seed_same_plan_within_limits() {
-        let a = plan(7, 5, 3, 60_000, 2);
-        assert_eq!(a, plan(7, 5, 3, 60_000, 2));
-        assert_ne!(a, plan(8, 5, 3, 60_000, 2));
+        let shape = Shape {
+            nodes: 5,
+            workers: 3,
+            run_ms: 60_000,
+            max_busy: 2,
+            kinds: KINDS.to_vec(),
+        };
+        let a = plan(7, &shape);
+        assert_eq!(a, plan(7, &shape));
+        assert_ne!(a, plan(8, &shape));
         assert!(a.len() > 20);
         for f in &a {
             let at_once = a

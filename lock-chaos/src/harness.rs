@@ -24,6 +24,10 @@ pub struct RunConfig {
     pub workers: u32,
     /// Tasks per worker.
     pub tasks: u32,
+    /// The fault kinds to inject.
+    pub kinds: Vec<faults::Kind>,
+    /// Whether sibling calls always take two different keys.
+    pub distinct_siblings: bool,
 }
 
 /// What a run found.
@@ -76,6 +80,10 @@ fn spawn_worker(
         .args(["--proc", &proc.to_string(), "--seed", &cfg.seed.to_string()])
         .args(["--tasks", &cfg.tasks.to_string(), "--urls", urls])
         .args(["--prefix", prefix, "--run-ms", &cfg.run_ms.to_string()])
+        .args([
+            "--distinct-siblings",
+            if cfg.distinct_siblings { "1" } else { "0" },
+        ])
         .arg("--out")
         .arg(out)
         .stdin(Stdio::null())
@@ -90,13 +98,14 @@ fn schedule_faults(
     nodes: &[Arc<Node>],
 ) -> (Arc<Mutex<Vec<Fault>>>, Vec<tokio::task::JoinHandle<()>>) {
     let max_busy = if cfg.redlock { 2 } else { 1 };
-    let plan = faults::plan(
-        cfg.seed ^ u64::from(cfg.redlock),
-        nodes.len(),
-        cfg.workers as usize,
-        cfg.run_ms,
+    let shape = faults::Shape {
+        nodes: nodes.len(),
+        workers: cfg.workers as usize,
+        run_ms: cfg.run_ms,
         max_busy,
-    );
+        kinds: cfg.kinds.clone(),
+    };
+    let plan = faults::plan(cfg.seed ^ u64::from(cfg.redlock), &shape);
     let windows = Arc::new(Mutex::new(Vec::new()));
     let start = tokio::time::Instant::now();
     let handles = plan

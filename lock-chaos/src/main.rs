@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use lock_chaos::checker::{self, Limits};
+use lock_chaos::faults::{self, Kind, KINDS};
 use lock_chaos::harness::{self, RunConfig};
 use lock_chaos::history::History;
 use lock_chaos::report;
@@ -11,6 +12,7 @@ use lock_chaos::worker::{self, WorkerArgs};
 
 const USAGE: &str = "usage: lock-chaos [--minutes N | --seconds N] [--seed S] \
 [--mode single|redlock|both] [--workers N] [--tasks N] [--show N] [--history DIR]
+       [--faults KIND,KIND,...|none] [--distinct-siblings]
        lock-chaos check FILE [--show N]";
 
 /// The harness's options.
@@ -22,6 +24,8 @@ struct Cli {
     tasks: u32,
     show: usize,
     history: Option<String>,
+    kinds: Vec<Kind>,
+    distinct_siblings: bool,
 }
 
 fn value(args: &[String], i: usize) -> Result<&str, String> {
@@ -45,6 +49,8 @@ fn parse_cli(args: &[String]) -> Result<Cli, String> {
         tasks: 4,
         show: 3,
         history: None,
+        kinds: KINDS.to_vec(),
+        distinct_siblings: false,
     };
     let mut i = 0;
     while i < args.len() {
@@ -57,6 +63,12 @@ fn parse_cli(args: &[String]) -> Result<Cli, String> {
             "--tasks" => cli.tasks = num(args, i)?,
             "--show" => cli.show = num(args, i)?,
             "--history" => cli.history = Some(value(args, i)?.to_owned()),
+            "--faults" => cli.kinds = parse_kinds(value(args, i)?)?,
+            "--distinct-siblings" => {
+                cli.distinct_siblings = true;
+                i += 1;
+                continue;
+            }
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
@@ -68,6 +80,21 @@ fn parse_cli(args: &[String]) -> Result<Cli, String> {
     Ok(cli)
 }
 
+/// `pause,restart,...` (or `none`).
+fn parse_kinds(list: &str) -> Result<Vec<Kind>, String> {
+    if list == "none" {
+        return Ok(Vec::new());
+    }
+    let names: Vec<&str> = KINDS.iter().map(|k| k.as_str()).collect();
+    list.split(',')
+        .map(|name| {
+            faults::kind_named(name).ok_or_else(|| {
+                format!("--faults: unknown kind {name} (kinds: {})", names.join(","))
+            })
+        })
+        .collect()
+}
+
 fn parse_worker(args: &[String]) -> Result<WorkerArgs, String> {
     let mut w = WorkerArgs {
         proc: 0,
@@ -77,6 +104,7 @@ fn parse_worker(args: &[String]) -> Result<WorkerArgs, String> {
         prefix: "lock:".into(),
         out: String::new(),
         run_ms: 1000,
+        distinct_siblings: false,
     };
     let mut i = 0;
     while i < args.len() {
@@ -88,6 +116,7 @@ fn parse_worker(args: &[String]) -> Result<WorkerArgs, String> {
             "--prefix" => w.prefix = value(args, i)?.to_owned(),
             "--out" => w.out = value(args, i)?.to_owned(),
             "--run-ms" => w.run_ms = num(args, i)?,
+            "--distinct-siblings" => w.distinct_siblings = value(args, i)? == "1",
             other => return Err(format!("worker: unknown argument {other}")),
         }
         i += 2;
@@ -103,6 +132,8 @@ async fn run_mode(cli: &Cli, redlock: bool, seconds: u64) -> Result<usize, Strin
         run_ms: seconds * 1000,
         workers: cli.workers,
         tasks: cli.tasks,
+        kinds: cli.kinds.clone(),
+        distinct_siblings: cli.distinct_siblings,
     };
     let name = if redlock { "redlock" } else { "single" };
     println!(

@@ -107,8 +107,9 @@ pub fn step(rng: &mut Rng, key: Option<u64>, client: Option<u8>) -> Step {
     }
 }
 
-/// A random top-level operation.
-pub fn op(rng: &mut Rng) -> Op {
+/// A random top-level operation. Siblings sometimes lock one key twice,
+/// unless `distinct_siblings`.
+pub fn op(rng: &mut Rng, distinct_siblings: bool) -> Op {
     let mut top = step(rng, None, None);
     let roll = rng.range(0, 99);
     top.inner = if roll < 15 {
@@ -118,10 +119,12 @@ pub fn op(rng: &mut Rng) -> Op {
         Inner::Nested(Box::new(step(rng, Some(other), None)))
     } else if roll < 37 {
         let a = (top.key + rng.range(1, KEYS - 1)) % KEYS;
-        let b = if rng.chance(50) {
+        let b = if !distinct_siblings && rng.chance(50) {
             a
         } else {
-            (top.key + rng.range(1, KEYS - 1)) % KEYS
+            // Another key than the body's and than `a`.
+            let others: Vec<u64> = (0..KEYS).filter(|&k| k != top.key && k != a).collect();
+            *rng.pick(&others)
         };
         // Siblings on the global client (where owners could be confused).
         Inner::Siblings(
@@ -138,5 +141,35 @@ pub fn op(rng: &mut Rng) -> Op {
         step: top,
         timeout_ms,
         spawn,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_seed_same_operations() {
+        let ops = |seed| {
+            let mut rng = Rng::derive(seed, &[1, 2]);
+            (0..50)
+                .map(|_| format!("{:?}", op(&mut rng, false)))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(ops(7), ops(7));
+        assert_ne!(ops(7), ops(8));
+    }
+
+    #[test]
+    fn distinct_siblings_take_two_keys_other_than_the_body_s() {
+        let mut rng = Rng::new(3);
+        for _ in 0..2000 {
+            let op = op(&mut rng, true);
+            if let Inner::Siblings(a, b) = &op.step.inner {
+                assert_ne!(a.key, b.key);
+                assert_ne!(a.key, op.step.key);
+                assert_ne!(b.key, op.step.key);
+            }
+        }
     }
 }

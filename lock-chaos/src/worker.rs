@@ -30,6 +30,8 @@ pub struct WorkerArgs {
     pub out: String,
     /// How long to make calls (ms).
     pub run_ms: u64,
+    /// Whether sibling calls always take two different keys.
+    pub distinct_siblings: bool,
 }
 
 static SECOND: OnceLock<LockClient> = OnceLock::new();
@@ -197,7 +199,7 @@ async fn task_loop(args: WorkerArgs, task: u32, until: Instant) {
         if Instant::now() >= until {
             break;
         }
-        let op = plan::op(&mut rng);
+        let op = plan::op(&mut rng, args.distinct_siblings);
         run_op(op, task).await;
         let pause = rng.range(0, 5);
         tokio::time::sleep(Duration::from_millis(pause)).await;

@@ -97,9 +97,12 @@ pub fn kind_named(name: &str) -> Option<Kind> {
 }
 
 /// The fault plan of a run of `run_ms` on `nodes` nodes: a fault every
-/// 0.4–1.6 s (one gap in five is a calm 3–5 s), from 1.5 s until 3 s before the end, one at a time per node
-/// and at most `max_busy` nodes at once. Kinds come in rounds (each kind
-/// once per round, in a seeded order), so that a short run sees most.
+/// 0.4–1.6 s (one gap in five is a calm 3–5 s), from 1.5 s until 3 s before
+/// the end, one at a time per node and at most `max_busy` nodes at once.
+/// A fault on one worker's link (a partial partition) does not keep its node
+/// busy: a restart or a pause of the node can come while one worker is cut
+/// off, as in a real network. Kinds come in rounds (each kind once per
+/// round, in a seeded order), so that a short run sees most.
 pub fn plan(seed: u64, shape: &Shape) -> Vec<Planned> {
     let Shape {
         nodes,
@@ -111,6 +114,7 @@ pub fn plan(seed: u64, shape: &Shape) -> Vec<Planned> {
     let mut rng = Rng::derive(seed, &[0xFA17, nodes as u64]);
     let mut out: Vec<Planned> = Vec::new();
     let mut busy_until = vec![0u64; nodes];
+    let mut link_busy_until = vec![vec![0u64; workers]; nodes];
     let mut t = 1500;
     let mut bag: Vec<Kind> = Vec::new();
     for _ in 0..100_000 {
@@ -149,7 +153,11 @@ pub fn plan(seed: u64, shape: &Shape) -> Vec<Planned> {
         let proxy_fault = matches!(kind, Kind::Delay | Kind::BlackHole | Kind::Reset);
         let link = (proxy_fault && workers > 1 && rng.chance(50))
             .then(|| rng.range(0, workers as u64 - 1) as usize);
-        busy_until[node] = t + dur_ms + 500;
+        match link {
+            Some(l) if link_busy_until[node][l] > t => continue,
+            Some(l) => link_busy_until[node][l] = t + dur_ms + 500,
+            None => busy_until[node] = t + dur_ms + 500,
+        }
         out.push(Planned {
             at_ms: t,
             kind,
@@ -259,12 +267,27 @@ mod tests {
         assert_eq!(a, plan(7, &shape));
         assert_ne!(a, plan(8, &shape));
         assert!(a.len() > 20);
+        // Node-wide faults: at most `max_busy` at once. A worker's link:
+        // one fault at a time.
+        let during =
+            |f: &Planned, g: &Planned| g.at_ms <= f.at_ms && f.at_ms < g.at_ms + g.dur_ms + 500;
         for f in &a {
-            let at_once = a
+            let node_wide = a
                 .iter()
-                .filter(|g| g.at_ms <= f.at_ms && f.at_ms < g.at_ms + g.dur_ms + 500)
+                .filter(|g| g.link.is_none() && during(f, g))
                 .count();
-            assert!(at_once <= 2, "{f:?}");
+            assert!(f.link.is_some() || node_wide <= 2, "{f:?}");
+            let same_link = a
+                .iter()
+                .filter(|g| {
+                    g.link.is_some() && g.link == f.link && g.node == f.node && during(f, g)
+                })
+                .count();
+            assert!(f.link.is_none() || same_link == 1, "{f:?}");
         }
+        assert!(
+            a.iter().any(|f| f.link.is_some()),
+            "some partial partitions"
+        );
     }
 }

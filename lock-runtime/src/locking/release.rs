@@ -33,7 +33,9 @@ pub(crate) async fn release(client: &LockClient, held: &HeldLock, route: &Route)
         // Another program's value at the lock's name: the lock is not there.
         answer = Ok(Release::NotHeld);
     }
-    if answer.is_err() {
+    // The checker's proof brings back the old rule: one try, and a failure
+    // counts as a success.
+    if answer.is_err() && !cfg!(feature = "defect-ok-after-unknown-release") {
         answer = backend
             .release(&Route::Home, &held.key, &owner, held.token)
             .await;

@@ -174,7 +174,10 @@ impl LockClientBuilder {
     /// client that lives no longer than its runtime (not for a global client
     /// shared by many `#[tokio::test]` runtimes). Without a current runtime (for example
     /// [`in_memory`](Self::in_memory) called outside one) the client uses
-    /// its own thread.
+    /// its own thread. The runtime needs its timer (`enable_time`, which
+    /// `#[tokio::main]` turns on): the watchdog runs on it. A default client
+    /// needs nothing of the caller's runtime: a call that waits uses the
+    /// client's own timer.
     pub fn on_current_runtime(mut self) -> Self {
         self.on_current_runtime = true;
         self

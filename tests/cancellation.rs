@@ -82,6 +82,14 @@ on_both_backends! {
 async fn dropping_a_call_whose_acquire_is_in_flight_frees_the_lock() {
     let env = Env::new(support::Kind::Redis).await;
     let server = env.server.as_ref().expect("redis");
+    // Once first, so that the server knows the script: the late acquire
+    // then runs instead of failing with NOSCRIPT.
+    env.client
+        .run_locked("in-flight", LockOptions::new(), async {
+            Ok::<_, LockError>(())
+        })
+        .await
+        .expect("warm-up");
     server.pause();
     let options = LockOptions::new().lease(Duration::from_secs(30));
     let call = env
@@ -141,6 +149,13 @@ async fn an_acquire_that_times_out_is_followed_by_its_release() {
         .connect(&server.url())
         .await
         .expect("connect");
+    // Once first, so that the server knows the script: the late acquire
+    // then runs instead of failing with NOSCRIPT.
+    let warm = LockOptions::new();
+    client
+        .run_locked("late", warm, async { Ok::<_, LockError>(()) })
+        .await
+        .expect("warm-up");
     server.pause();
     let options = LockOptions::new().lease(Duration::from_secs(30));
     let result = client

@@ -120,14 +120,22 @@ async fn a_loss_wakes_the_line_at_once() {
                 .await
         }
     });
-    // The waiter has tried and marked the lock.
-    let marked = support::eventually(Duration::from_secs(5), || {
-        server
-            .lock_value("lock:dropped")
-            .is_some_and(|(_, state, _)| state == "w")
+    // The waiter has tried at once and again from the head of its line
+    // (2 acquires after the holder's), and is subscribed: it now sleeps until
+    // the holder's lease would end. The subscription's confirmation wakes it
+    // for one more try, which the settling pause lets pass.
+    let asleep = support::eventually(Duration::from_secs(5), || {
+        let numsub: (String, i64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("lock:dropped")
+            .query(&mut server.connection())
+            .expect("PUBSUB NUMSUB");
+        server.command_calls("evalsha") >= 3 && numsub.1 == 1
     })
     .await;
-    assert!(marked);
+    assert!(asleep);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(server.lock_value("lock:dropped").map(|v| v.1), Some("w".into()));
     let _: () = redis::cmd("DEL")
         .arg("lock:dropped")
         .query(&mut server.connection())

@@ -47,7 +47,7 @@
 //!   `<self.field>` a field of the receiver. The Redis key is the client's
 //!   prefix (default `lock:`) followed by the rendered key.
 //! - `lease = "30s"`: how long the lock lives in Redis without a renewal
-//!   (default: the client's, 30 s). Durations are `250ms`, `30s`, `5m`, `1h`.
+//!   (default: the client's, 30 s; at least 10 ms). Durations are `250ms`, `30s`, `5m`, `1h`.
 //! - `wait = "5s"`: how long to wait for a lock that another owner holds;
 //!   `"0s"` tries once (default: the client's, 10 s). Then the call returns
 //!   [`LockError::Timeout`].

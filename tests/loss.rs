@@ -135,7 +135,10 @@ async fn a_loss_wakes_the_line_at_once() {
     .await;
     assert!(asleep);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(server.lock_value("lock:dropped").map(|v| v.1), Some("w".into()));
+    assert_eq!(
+        server.lock_value("lock:dropped").map(|v| v.1),
+        Some("w".into())
+    );
     let _: () = redis::cmd("DEL")
         .arg("lock:dropped")
         .query(&mut server.connection())

@@ -12,6 +12,7 @@ use crate::backend::{Backend, BackendError};
 use crate::error::LockError;
 use crate::io::Io;
 use crate::options::LockOptions;
+use crate::owner_id::ClientTag;
 use crate::subscriptions::Subscriptions;
 use crate::wakeup::Waiters;
 use crate::watchdog::{self, Registry};
@@ -32,11 +33,9 @@ pub struct LockClient {
 }
 
 pub(crate) struct Inner {
-    /// A random id, the prefix of every owner id of this client.
-    pub id: Arc<str>,
-    /// Where the client keeps its locks: its Redis node (address and
-    /// database) or Redlock nodes, or for the embedded backend its own id.
-    pub place: Arc<str>,
+    /// Who the client is: its random id, the prefix of every owner id of
+    /// this client, and where it keeps its locks.
+    pub tag: Arc<ClientTag>,
     /// Numbers the client's acquisitions (and their owner ids).
     lock_ids: AtomicU64,
     pub prefix: Box<str>,
@@ -58,7 +57,7 @@ impl fmt::Debug for LockClient {
             Backend::Memory(_) => "memory",
         };
         f.debug_struct("LockClient")
-            .field("id", &self.inner.id)
+            .field("id", &self.inner.tag.id)
             .field("backend", &backend)
             .field("prefix", &self.inner.prefix)
             .finish_non_exhaustive()
@@ -348,13 +347,13 @@ impl LockClientBuilder {
             .expect("lock-runtime: cannot start the client's background thread");
         let backend = Backend::Memory(MemoryBackend::default());
         let id = new_client_id();
-        let ids = (id.clone(), id);
+        let ids = (id.clone(), id.as_ref().into());
         self.finish(ids, backend, Arc::new(Waiters::default()), io)
     }
 
     fn finish(
         self,
-        (id, place): (Arc<str>, Arc<str>),
+        (id, place): (Arc<str>, Box<str>),
         backend: Backend,
         waiters: Arc<Waiters>,
         io: Io,
@@ -367,8 +366,7 @@ impl LockClientBuilder {
             waiters.on_change(move |key| subscriptions.changed(key));
         }
         let inner = Arc::new(Inner {
-            id,
-            place,
+            tag: Arc::new(ClientTag { id, place }),
             lock_ids: AtomicU64::new(0),
             prefix: self.prefix.into(),
             lease: self.lease,
@@ -391,9 +389,9 @@ enum Target {
 
 impl Target {
     /// Where the locks live: the node, or the Redlock nodes in order.
-    fn place(&self) -> Arc<str> {
+    fn place(&self) -> Box<str> {
         match self {
-            Target::One(url) => node_name(url),
+            Target::One(url) => node_name(url).as_ref().into(),
             Target::Quorum(urls) => {
                 let mut nodes: Vec<Arc<str>> = urls.iter().map(|u| node_name(u)).collect();
                 nodes.sort();
@@ -524,7 +522,7 @@ impl LockClient {
     }
 
     /// A number for a new acquisition, unique within the client: its owner
-    /// id is `OwnerId::new(&inner.id, n)`.
+    /// id is `OwnerId::new(&inner.tag.id, n)`.
     pub(crate) fn new_lock_id(&self) -> u64 {
         self.inner.lock_ids.fetch_add(1, Ordering::Relaxed)
     }

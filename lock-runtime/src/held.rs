@@ -10,7 +10,7 @@ use futures_util::task::AtomicWaker;
 use tokio::time::Instant;
 
 use crate::error::LossReason;
-use crate::owner_id::OwnerId;
+use crate::owner_id::{ClientTag, OwnerId};
 
 /// One link of the chain of held locks that a locked body runs in,
 /// innermost first.
@@ -29,6 +29,14 @@ impl Frame {
         match self {
             Frame::Taken(held) => held,
             Frame::Reentered(link) => &link.0,
+        }
+    }
+
+    /// The lock of this link, taking the link apart.
+    pub(crate) fn into_held(self) -> Arc<HeldLock> {
+        match self {
+            Frame::Taken(held) => held,
+            Frame::Reentered(link) => link.0.clone(),
         }
     }
 
@@ -53,14 +61,11 @@ pub(crate) enum Validity {
 /// Shared by the body's loss watcher, the watchdog and the release.
 ///
 /// One lives for every lock held, so it is kept small: durations as
-/// nanoseconds, the owner as its number (see [`OwnerId`]).
+/// nanoseconds, the owner id written from its number (see [`OwnerId`]).
 pub(crate) struct HeldLock {
     pub id: u64,
-    /// The id of the client that took it: keys are per client.
-    pub client: Arc<str>,
-    /// Where the client keeps its locks (see `Inner::place`): two clients
-    /// with one place contend for the same locks.
-    pub place: Arc<str>,
+    /// The client that took it: keys are per client.
+    pub client: Arc<ClientTag>,
     /// The chain around the body that took this one, in the same task.
     pub parent: Option<Frame>,
     /// The full key: the client's prefix, then the rendered key.
@@ -69,9 +74,6 @@ pub(crate) struct HeldLock {
     prefix_len: u32,
     /// Whether the watchdog renews it (otherwise it only watches its expiry).
     pub renew: bool,
-    /// The acquisition's number within the client (its `id`): see
-    /// [`HeldLock::owner_id`].
-    pub owner: u64,
     /// The lease, in nanoseconds.
     lease_ns: u64,
     /// How long a lease is trusted, in nanoseconds: the lease less the
@@ -105,9 +107,8 @@ impl HeldLock {
     /// `sent + lease - drift`.
     pub(crate) fn new(
         id: u64,
-        (client, place, parent): (Arc<str>, Arc<str>, Option<Frame>),
+        (client, parent): (Arc<ClientTag>, Option<Frame>),
         (key, prefix_len): (String, usize),
-        owner: u64,
         Term {
             lease,
             drift,
@@ -120,14 +121,12 @@ impl HeldLock {
         let held = HeldLock {
             id,
             client,
-            place,
             parent,
             key,
             // A prefix is a few bytes; the clamp only keeps `user_key` in
             // bounds.
             prefix_len: u32::try_from(prefix_len).unwrap_or(u32::MAX),
             renew,
-            owner,
             lease_ns: nanos(lease),
             valid_ns: nanos(valid),
             token,
@@ -142,7 +141,16 @@ impl HeldLock {
 
     /// The owner id the backend knows this hold by.
     pub(crate) fn owner_id(&self) -> OwnerId {
-        OwnerId::new(&self.client, self.owner)
+        OwnerId::new(&self.client.id, self.owner_number())
+    }
+
+    /// The number in its owner id: its own `id`. (The checker's proof can
+    /// make nested calls take the outermost call's instead.)
+    pub(crate) fn owner_number(&self) -> u64 {
+        match &self.parent {
+            Some(parent) if cfg!(feature = "defect-shared-owner") => parent.held().owner_number(),
+            _ => self.id,
+        }
     }
 
     /// How long the lock lives in the backend without a renewal.

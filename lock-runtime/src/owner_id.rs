@@ -1,7 +1,21 @@
-//! The id that a backend knows one acquisition by.
+//! The id that a backend knows one acquisition by, and the client it comes
+//! from.
 
 use std::fmt::{self, Write as _};
 use std::ops::Deref;
+use std::sync::Arc;
+
+/// Who a client is: its id (the prefix of its owner ids) and where it keeps
+/// its locks. Shared by the client and every lock it holds; two tags are the
+/// same client when they are the same allocation.
+pub(crate) struct ClientTag {
+    /// A random id: 32 hex digits.
+    pub id: Arc<str>,
+    /// Its Redis node (address and database) or Redlock nodes, or for the
+    /// embedded backend its id: two clients with one place contend for the
+    /// same locks.
+    pub place: Box<str>,
+}
 
 /// An owner id as the backend knows it: `<client id>:<n>`, where `n`
 /// numbers the acquisitions of the client, so that no two acquisitions, in

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use crate::held::{Frame, HeldLock};
+use crate::owner_id::ClientTag;
 
 tokio::task_local! {
     static CURRENT: Frame;
@@ -38,16 +39,17 @@ fn find(matches: impl Fn(&HeldLock) -> bool) -> Option<Arc<HeldLock>> {
         .flatten()
 }
 
-/// The lock `key` (full key) of the client `client` if the running body
-/// holds it.
-pub(crate) fn held(client: &str, key: &str) -> Option<Arc<HeldLock>> {
-    find(|held| &*held.key == key && &*held.client == client)
+/// The lock `key` (full key) of `client` if the running body holds it.
+pub(crate) fn held(client: &Arc<ClientTag>, key: &str) -> Option<Arc<HeldLock>> {
+    find(|held| &*held.key == key && Arc::ptr_eq(&held.client, client))
 }
 
 /// A lock `key` (full key) that the running body holds through another
-/// client that keeps its locks in the same `place`.
-pub(crate) fn held_elsewhere(client: &str, place: &str, key: &str) -> Option<Arc<HeldLock>> {
-    find(|held| &*held.key == key && &*held.place == place && &*held.client != client)
+/// client that keeps its locks in the same place as `client`.
+pub(crate) fn held_elsewhere(client: &Arc<ClientTag>, key: &str) -> Option<Arc<HeldLock>> {
+    find(|held| {
+        &*held.key == key && held.client.place == client.place && !Arc::ptr_eq(&held.client, client)
+    })
 }
 
 /// The lock on `key` (as the caller wrote it, without prefix) held by the

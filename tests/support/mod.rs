@@ -156,12 +156,7 @@ impl RedisServer {
     /// from the lock's value `L1:<fence>:<state>:<owner>` (see
     /// docs/redis-layout.md), held when the state is `h` or `w`.
     pub fn owners(&self, key: &str) -> Vec<(String, u64)> {
-        let value: Option<String> = redis::cmd("GET")
-            .arg(key)
-            .query(&mut self.connection())
-            .expect("GET");
-        value
-            .and_then(|value| parse_lock(&value))
+        self.lock_value(key)
             .filter(|(_, state, _)| state != "f")
             .map(|(fence, _, owner)| (owner, fence))
             .into_iter()

@@ -135,16 +135,18 @@ impl RedlockBackend {
                 return Ok(Acquire::Acquired(token));
             }
         }
+        let answered = tokens.len() + ttls.len();
+        if answered < self.quorum() {
+            // The caller follows an acquire whose outcome is unknown with a
+            // release on every node.
+            return Err(self.no_quorum(answered, answers));
+        }
         if !tokens.is_empty() || answers.iter().any(Result::is_err) {
             // Not taken: give back what was taken, on every node, also where
             // the acquire failed (it may still land there).
             let _ = self
                 .on_all(|node| node.release(&Route::Home, key, owner, 0))
                 .await;
-        }
-        let answered = tokens.len() + ttls.len();
-        if answered < self.quorum() {
-            return Err(self.no_quorum(answered, answers));
         }
         if tokens.is_empty() && ttls.len() >= self.quorum() {
             // Another owner holds a majority: wait for the earliest expiry,

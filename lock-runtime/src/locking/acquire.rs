@@ -38,16 +38,16 @@ pub(crate) async fn acquire(client: &LockClient, request: Request) -> Result<Hel
     } = request;
     let id = client.new_lock_id();
     // The acquisition's owner id; the checker's proof can make nested
-    // calls share the body's instead.
+    // calls share the outermost call's instead.
     let owner = match &parent {
-        Some(parent) if cfg!(feature = "defect-shared-owner") => parent.held().owner,
+        Some(parent) if cfg!(feature = "defect-shared-owner") => parent.held().owner_number(),
         _ => id,
     };
-    let owner_id = OwnerId::new(&inner.id, owner);
+    let owner_id = OwnerId::new(&inner.tag.id, owner);
     let held = |key: String, token: u64, sent: Instant| {
-        let chain = (inner.id.clone(), inner.place.clone(), parent);
+        let chain = (inner.tag.clone(), parent);
         let prefix = inner.prefix.len();
-        HeldLock::new(id, chain, (key, prefix), owner, term, token, sent)
+        HeldLock::new(id, chain, (key, prefix), term, token, sent)
     };
     let lease = term.lease;
 

@@ -68,7 +68,7 @@ pin_project! {
                 Phase::Holding(frame) => {
                     // In the lock's scope, where the body ran.
                     ownership::drop_within(&frame, || this.body.set(None));
-                    frame.held().clone()
+                    frame.into_held()
                 }
                 Phase::Reentered(frame) => {
                     ownership::drop_within(&frame, || this.body.set(None));
@@ -164,20 +164,22 @@ where
                     // this one inside its body, and stops it on loss.
                     let body = this.body.as_mut();
                     let step = ready!(ownership::within(frame, || watch(frame.held(), body, cx)));
-                    let held = frame.held().clone();
+                    let result = match step {
+                        Step::Returned(result) => result,
+                        Step::Lost(reason) => Err(E::from(lost(frame.held(), reason))),
+                    };
                     *this.phase = Phase::Done;
                     this.body.set(None);
-                    return Poll::Ready(match step {
-                        Step::Returned(result) => result,
-                        Step::Lost(reason) => Err(E::from(lost(&held, reason))),
-                    });
+                    return Poll::Ready(result);
                 }
                 Phase::Holding(frame) => {
-                    let held = frame.held().clone();
-                    held.wake_on_loss(cx.waker());
+                    frame.held().wake_on_loss(cx.waker());
                     let body = this.body.as_mut();
-                    let step = ready!(ownership::within(frame, || watch(&held, body, cx)));
-                    *this.phase = Phase::Done;
+                    let step = ready!(ownership::within(frame, || watch(frame.held(), body, cx)));
+                    let Phase::Holding(frame) = mem::replace(this.phase, Phase::Done) else {
+                        unreachable!()
+                    };
+                    let held = frame.into_held();
                     this.body.set(None);
                     client.inner.registry.unregister(held.id);
                     let result = match step {
@@ -224,11 +226,11 @@ fn start<'a, T, E>(
 ) -> Result<Phase<'a, T, E>, LockError> {
     let inner = &client.inner;
     let parent = ownership::innermost();
-    if let Some(held) = ownership::held(&inner.id, &key) {
+    if let Some(held) = ownership::held(&inner.tag, &key) {
         let outer = parent.expect("a held lock is in a chain");
         return Ok(Phase::Reentered(Frame::Reentered(Arc::new((held, outer)))));
     }
-    if ownership::held_elsewhere(&inner.id, &inner.place, &key).is_some() {
+    if ownership::held_elsewhere(&inner.tag, &key).is_some() {
         return Err(LockError::Invalid {
             key,
             message: "the body holds this lock through another client of the same Redis: \

@@ -13,6 +13,7 @@ use crate::error::LockError;
 use crate::io::Io;
 use crate::options::LockOptions;
 use crate::owner_id::ClientTag;
+use crate::replica_sync::ReplicaSync;
 use crate::subscriptions::Subscriptions;
 use crate::wakeup::Waiters;
 use crate::watchdog::{self, Registry};
@@ -76,6 +77,9 @@ pub struct LockClientBuilder {
     drift_factor: f64,
     renewal_batch: usize,
     on_current_runtime: bool,
+    // Read by the backends that replicate (single node, Sentinel, Cluster).
+    #[allow(dead_code)]
+    sync_replicas: Option<ReplicaSync>,
 }
 
 impl Default for LockClientBuilder {
@@ -90,6 +94,7 @@ impl Default for LockClientBuilder {
             drift_factor: 0.01,
             renewal_batch: 512,
             on_current_runtime: false,
+            sync_replicas: None,
         }
     }
 }
@@ -179,6 +184,15 @@ impl LockClientBuilder {
     /// client's own timer.
     pub fn on_current_runtime(mut self) -> Self {
         self.on_current_runtime = true;
+        self
+    }
+
+    /// After each acquire, waits until `replicas` replicas of the lock's
+    /// master have its write (`WAIT`), for at most `timeout`; if fewer do,
+    /// the lock is released and the call fails with
+    /// [`LockError::NotReplicated`]. Off by default (0 replicas).
+    pub fn sync_replicas(mut self, replicas: usize, timeout: Duration) -> Self {
+        self.sync_replicas = (replicas > 0).then_some(ReplicaSync { replicas, timeout });
         self
     }
 

@@ -60,6 +60,21 @@ pub enum LockError {
         failures: Vec<NodeFailure>,
     },
 
+    /// Fewer replicas than [`sync_replicas`](crate::LockClientBuilder::sync_replicas)
+    /// asks for acknowledged the lock's write within its timeout: the lock
+    /// was released (or is left to its lease) and the body did not run.
+    #[error("lock `{key}`: {acked} of the {needed} replicas asked for acknowledged the lock within {timeout:?}; it was released")]
+    NotReplicated {
+        /// The lock's key.
+        key: String,
+        /// How many replicas had to acknowledge it.
+        needed: usize,
+        /// How many did.
+        acked: usize,
+        /// How long the call waited for them.
+        timeout: Duration,
+    },
+
     /// The client could not connect to or talk to Redis.
     #[error("cannot connect to Redis")]
     Connect(#[source] redis::RedisError),
@@ -111,6 +126,7 @@ impl LockError {
             | LockError::Lost { key, .. }
             | LockError::Backend { key, .. }
             | LockError::NoQuorum { key, .. }
+            | LockError::NotReplicated { key, .. }
             | LockError::Invalid { key, .. } => Some(key),
             _ => None,
         }

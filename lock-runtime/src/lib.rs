@@ -95,6 +95,7 @@ mod options;
 mod owner_id;
 mod ownership;
 mod private;
+mod replica_sync;
 mod subscriptions;
 mod wakeup;
 mod watchdog;

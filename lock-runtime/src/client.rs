@@ -44,6 +44,8 @@ pub(crate) struct Inner {
     pub wait: Duration,
     /// See [`LockClientBuilder::clock_drift_factor`].
     pub drift_factor: f64,
+    /// See [`LockClientBuilder::sync_replicas`].
+    pub sync_replicas: Option<ReplicaSync>,
     pub backend: Backend,
     pub waiters: Arc<Waiters>,
     pub registry: Arc<Registry>,
@@ -77,8 +79,6 @@ pub struct LockClientBuilder {
     drift_factor: f64,
     renewal_batch: usize,
     on_current_runtime: bool,
-    // Read by the backends that replicate (single node, Sentinel, Cluster).
-    #[allow(dead_code)]
     sync_replicas: Option<ReplicaSync>,
 }
 
@@ -386,6 +386,7 @@ impl LockClientBuilder {
             lease: self.lease,
             wait: self.wait,
             drift_factor: self.drift_factor,
+            sync_replicas: self.sync_replicas,
             backend,
             waiters,
             registry,

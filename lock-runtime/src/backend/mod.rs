@@ -91,6 +91,13 @@ pub(crate) enum Acquire {
     Acquired(u64),
     /// Another owner holds it for about this long more (`None`: no expiry).
     Held(Option<Duration>),
+    /// The owner took the lock, but fewer replicas than the client's
+    /// `sync_replicas` asks for acknowledged the write in time: the caller
+    /// releases it and fails.
+    NotReplicated {
+        /// How many replicas acknowledged it.
+        acked: usize,
+    },
 }
 
 /// The answer to a release.

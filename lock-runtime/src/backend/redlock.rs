@@ -125,7 +125,9 @@ impl RedlockBackend {
             match answer {
                 Ok(Acquire::Acquired(token)) => tokens.push(*token),
                 Ok(Acquire::Held(ttl)) => ttls.push(*ttl),
-                Err(_) => {}
+                // Redlock nodes are independent masters: never asked to wait
+                // for replicas.
+                Ok(Acquire::NotReplicated { .. }) | Err(_) => {}
             }
         }
         if tokens.len() >= self.quorum() {

@@ -56,6 +56,9 @@ pub(crate) async fn acquire(client: &LockClient, request: Request) -> Result<Hel
     if wait.is_zero() || !inner.waiters.is_waited(&key) {
         match attempt(client, &route, &key, &owner_id, lease).await {
             Ok(Acquire::Acquired(token)) => return Ok(held(key, token, start)),
+            Ok(Acquire::NotReplicated { acked }) => {
+                return Err(not_replicated(client, &route, &key, &owner_id, acked).await)
+            }
             Ok(Acquire::Held(_)) if wait.is_zero() => {
                 return Err(LockError::Timeout {
                     key,
@@ -115,6 +118,12 @@ impl Line<'_> {
                         ticket.acquired();
                         return Ok((token, sent));
                     }
+                    Ok(Acquire::NotReplicated { acked }) => {
+                        let (client, route) = (self.client, self.route);
+                        return Err(
+                            not_replicated(client, route, self.key, self.owner, acked).await
+                        );
+                    }
                     Ok(Acquire::Held(ttl)) => {
                         let ttl = ttl.unwrap_or(NO_TTL_RETRY).max(Duration::from_millis(1));
                         // A TTL set by hand may be beyond any deadline.
@@ -140,6 +149,29 @@ impl Line<'_> {
                 () = sleep => {}
             }
         }
+    }
+}
+
+/// Releases a lock taken without enough replicas acknowledging it, and
+/// gives the caller's error. A release that fails leaves the lock to its
+/// lease: the call fails either way, and the body never runs.
+async fn not_replicated(
+    client: &LockClient,
+    route: &Route,
+    key: &str,
+    owner: &OwnerId,
+    acked: usize,
+) -> LockError {
+    let _ = client.inner.backend.release(route, key, owner, 0).await;
+    let (needed, timeout) = client
+        .inner
+        .sync_replicas
+        .map_or((0, Duration::ZERO), |sync| (sync.replicas, sync.timeout));
+    LockError::NotReplicated {
+        key: key.to_owned(),
+        needed,
+        acked,
+        timeout,
     }
 }
 

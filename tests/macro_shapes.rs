@@ -245,3 +245,116 @@ async fn futures_are_send() {
     assert_eq!(handles.1.await.unwrap().unwrap(), "a-2");
     assert_eq!(handles.2.await.unwrap().unwrap(), "xxx");
 }
+
+/// The key held by the running body, as the attribute rendered it.
+fn holds(key: &str) -> bool {
+    lock_runtime::fencing_token_of(key).is_some()
+}
+
+/// An axum-style extractor: the argument is a pattern that binds `id`.
+struct Path<T>(T);
+
+#[distributed_lock(key = "order:<id>")]
+async fn by_path(Path(id): Path<String>) -> Result<bool, AppError> {
+    let held = holds(&format!("order:{id}"));
+    drop(id); // The body owns what the pattern bound.
+    Ok(held)
+}
+
+/// Tuple and struct patterns, `mut` and `ref` inside them.
+#[distributed_lock(key = "pair:<a>:<b>:<name>")]
+async fn by_patterns(
+    (mut a, b): (u32, u32),
+    Customer { id: ref name }: Customer,
+) -> Result<bool, AppError> {
+    a += 1;
+    Ok(holds(&format!("pair:{}:{b}:{name}", a - 1)))
+}
+
+#[tokio::test]
+async fn pattern_arguments() {
+    setup();
+    assert!(by_path(Path("o-1".to_owned())).await.unwrap());
+    assert!(by_patterns((1, 2), Customer { id: 3 }).await.unwrap());
+}
+
+#[derive(Debug)]
+struct Sku {
+    #[allow(dead_code)] // Read by `Debug`.
+    code: &'static str,
+}
+
+/// `<sku:?>` renders with `Debug`; braces stay literal text around a
+/// placeholder (a Redis Cluster hash tag).
+#[distributed_lock(key = "{<shop>}:sku:<sku:?>")]
+async fn debug_form(shop: u32, sku: Sku) -> Result<bool, AppError> {
+    let _ = sku;
+    Ok(holds(&format!("{{{shop}}}:sku:Sku {{ code: \"x\" }}")))
+}
+
+#[tokio::test]
+async fn debug_placeholder_and_hash_tag() {
+    setup();
+    assert!(debug_form(4, Sku { code: "x" }).await.unwrap());
+}
+
+/// Values are copied into the key as they are: `a:<x>:<y>` with `x = "1:2"`
+/// and `y = "3"` is the same lock as `x = "1"`, `y = "2:3"`, as documented
+/// under "Key templates". The inner call re-enters the lock the outer holds.
+#[distributed_lock(key = "a:<x>:<y>", wait = "0s")]
+async fn verbatim(x: &str, y: &str) -> Result<bool, AppError> {
+    verbatim_inner("1", "2:3").await
+}
+
+#[distributed_lock(key = "a:<x>:<y>", wait = "0s")]
+async fn verbatim_inner(x: &str, y: &str) -> Result<bool, AppError> {
+    Ok(holds("a:1:2:3"))
+}
+
+#[tokio::test]
+async fn values_are_rendered_verbatim() {
+    setup();
+    assert!(verbatim("1:2", "3").await.unwrap());
+}
+
+const LEASE: std::time::Duration = std::time::Duration::from_secs(20);
+
+struct Configured {
+    lease: std::time::Duration,
+}
+
+fn wait_for(attempts: u32) -> std::time::Duration {
+    std::time::Duration::from_millis(u64::from(attempts) * 100)
+}
+
+impl Configured {
+    /// `lease` and `wait` as expressions, evaluated at each call.
+    #[distributed_lock(key = "cfg:<id>", lease = self.lease, wait = wait_for(id))]
+    async fn run(self, id: u32) -> Result<u32, AppError> {
+        let Configured { lease } = self; // The body takes `self`.
+        Ok(u32::try_from(lease.as_millis()).unwrap() + id)
+    }
+}
+
+#[distributed_lock(key = "const:<id>", lease = LEASE, wait = &std::time::Duration::ZERO)]
+async fn const_lease(id: u32) -> Result<u32, AppError> {
+    Ok(id)
+}
+
+#[tokio::test]
+async fn duration_expressions() {
+    setup();
+    let configured = Configured {
+        lease: std::time::Duration::from_secs(1),
+    };
+    assert_eq!(configured.run(3).await.unwrap(), 1003);
+    assert_eq!(const_lease(2).await.unwrap(), 2);
+    // The expression is the lease: one too short fails at run time.
+    let short = Configured {
+        lease: std::time::Duration::from_millis(5),
+    };
+    assert!(matches!(
+        short.run(1).await,
+        Err(AppError::Lock(LockError::Invalid { .. }))
+    ));
+}

@@ -1,4 +1,7 @@
 //! The attribute's options: `key`, `lease`, `wait`, `renew` and `crate`.
+//!
+//! `lease` and `wait` are a duration string, checked here, or any other
+//! expression, evaluated at call time (its type is checked by the compiler).
 
 use proc_macro2::{Span, TokenStream};
 use syn::meta::ParseNestedMeta;
@@ -16,10 +19,10 @@ const OPTIONS: &str = "`key`, `lease`, `wait`, `renew`, `crate`";
 pub(crate) struct Args {
     /// The key template, still unparsed.
     pub key: Option<LitStr>,
-    /// The lease in milliseconds; never zero.
-    pub lease: Option<(u64, Span)>,
-    /// The wait in milliseconds; zero means try once.
-    pub wait: Option<(u64, Span)>,
+    /// The lease; a literal is never under 10 ms.
+    pub lease: Option<DurationArg>,
+    /// The wait; zero means try once.
+    pub wait: Option<DurationArg>,
     /// Whether the watchdog renews the lease.
     pub renew: Option<(bool, Span)>,
     /// The path of the runtime crate, for renamed dependencies.
@@ -35,6 +38,10 @@ impl Args {
     /// stops the parse.
     pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> Args {
         let mut args = Args::default();
+        if let Some(error) = positional_key(&tokens) {
+            errors.push(error);
+            return args;
+        }
         // Whether `key` was written at all, even with a bad value.
         let mut key_seen = false;
 
@@ -87,6 +94,20 @@ impl Args {
     }
 }
 
+/// The error for a key written without `key =`, as in
+/// `#[distributed_lock("order:<id>")]`: it shows the named form.
+fn positional_key(tokens: &TokenStream) -> Option<syn::Error> {
+    let first = tokens.clone().into_iter().next()?;
+    let lit = syn::parse2::<LitStr>(first.into()).ok()?;
+    Some(syn::Error::new(
+        lit.span(),
+        format!(
+            "the key is a named option: write `#[distributed_lock(key = {})]`",
+            lit.token()
+        ),
+    ))
+}
+
 /// The error for an option name that is not one of [`OPTIONS`].
 fn unknown_option(meta: &ParseNestedMeta<'_>) -> syn::Error {
     let name = meta
@@ -122,9 +143,15 @@ fn string_lit(value: Expr, name: &str, example: &str) -> syn::Result<LitStr> {
 const SHORTEST_LEASE_MS: u64 = 10;
 
 /// A duration string in milliseconds, for `lease` (at least 10 ms) or
-/// `wait`.
-fn duration_millis(value: Expr, name: &str) -> syn::Result<(u64, Span)> {
-    let lit = string_lit(value, name, "\"30s\"")?;
+/// `wait`; any other expression is kept for the call.
+fn duration_millis(value: Expr, name: &str) -> syn::Result<DurationArg> {
+    let lit = match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit),
+            attrs,
+        }) if attrs.is_empty() => lit,
+        other => return Ok(DurationArg::Expr(Box::new(other))),
+    };
     let text = lit.value();
     let millis = duration::parse_millis(&text)
         .map_err(|error| syn::Error::new(lit.span(), error.message(name, &text)))?;
@@ -145,7 +172,7 @@ fn duration_millis(value: Expr, name: &str) -> syn::Result<(u64, Span)> {
             ),
         ));
     }
-    Ok((millis, lit.span()))
+    Ok(DurationArg::Millis(millis, lit.span()))
 }
 
 /// The bool literal `value`.
@@ -203,6 +230,14 @@ fn set_once<T>(
         }
         Err(error) => errors.push(error),
     }
+}
+
+/// A `lease` or `wait` as written.
+pub(crate) enum DurationArg {
+    /// A duration string, in milliseconds, with the literal's span.
+    Millis(u64, Span),
+    /// An expression of type `Duration`, evaluated at call time.
+    Expr(Box<Expr>),
 }
 
 /// Several errors gathered into one, reported together.

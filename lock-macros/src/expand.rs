@@ -1,19 +1,28 @@
 //! Checks the function and generates the locked version of it.
 //!
 //! ```text
-//! Input:  #[distributed_lock(key = "order:<id>", lease = "30s")]
+//! Input:  #[distributed_lock(key = "order:<id>", lease = "30s", wait = self.wait)]
 //!         pub async fn pay(&self, id: u64) -> Result<(), E> { body }
 //! Output: pub async fn pay(&self, id: u64) -> Result<(), E> {
 //!             let __key = ::lock_runtime::__private::key(
-//!                 ::core::format_args!("order:{}", id));
+//!                 ::core::format_args!("order:{}", ::lock_runtime::__private::shown(&id)));
+//!             let __options = ::lock_runtime::__private::options(Some(30000), None, true)
+//!                 .label("order:<id>")
+//!                 .wait(::lock_runtime::__private::duration(self.wait));
 //!             let __locked = ::lock_runtime::__private::run_locked(
 //!                 __key,
-//!                 ::lock_runtime::__private::options(Some(30000), None, true),
+//!                 __options,
 //!                 async move { let __ret: Result<(), E> = { body }; __ret },
 //!             );
 //!             __locked.await
 //!         }
 //! ```
+//!
+//! `shown` only wraps a `Display` value (`<id:?>` passes `id` to `{:?}`
+//! as it is); its bound carries the message for a value that is not
+//! `Display`. `duration` takes a `Duration` or `&Duration`, with a message
+//! for anything else. The label is the template as written, never the
+//! rendered key, so that metrics and spans have few distinct labels.
 //!
 //! The runtime renders the key (with the client's prefix, into one `String`)
 //! in a statement of its own, borrowing the arguments, and only then does
@@ -26,7 +35,10 @@
 //! `let __ret: ReturnType = { body }` gives `?` and `return` in the body the
 //! type to convert into, as in async-trait.
 //!
-//! `__key` and `__ret` are `Span::mixed_site()`, so the body can neither see
+//! `lease` and `wait` expressions are evaluated in the `__options`
+//! statement, once per call, also before the body takes the arguments.
+//!
+//! `__key`, `__options` and `__ret` are `Span::mixed_site()`, so the body can neither see
 //! nor shadow them. `__locked` is the exception: it comes into scope after the
 //! body, so no user code can see it, and it carries the return type's span
 //! like the call, so that a missing `E: From<LockError>` is one error there
@@ -37,8 +49,8 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{ItemFn, ReturnType, Signature, Type};
 
-use crate::args::{Args, Errors};
-use crate::key::Key;
+use crate::args::{Args, DurationArg, Errors};
+use crate::key::{Key, KeyArg};
 
 /// The attribute's entry point. On error, the compile errors are emitted next
 /// to the unchanged function, so the rest of the crate still sees it.
@@ -71,30 +83,18 @@ fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
     // call, the `let` and the `.await`; spanning those on the return type,
     // where `E` is written, gives one error, there.
     let call_span = return_type.span();
-    let krate = match &args.krate {
-        Some((path, _)) => quote!(#path),
-        None => quote_spanned!(call_span=> ::lock_runtime),
-    };
-    let lease = millis_option(args.lease);
-    let wait = millis_option(args.wait);
-    let renew = match args.renew {
-        Some((renew, _)) => renew,
-        None => true,
-    };
-
+    let krate = krate_at(&args, call_span);
     let mixed = Span::mixed_site();
     let ret = syn::Ident::new("__ret", mixed);
     let rendered = syn::Ident::new("__key", mixed);
+    let options = syn::Ident::new("__options", mixed);
     // Not mixed-site: see the module docs.
     let locked = syn::Ident::new("__locked", call_span);
 
-    let Key {
-        format,
-        args: key_args,
-    } = key;
-    let render = quote! {
-        let #rendered = #krate::__private::key(::core::format_args!(#format #(, #key_args)*));
-    };
+    // The key's own calls are spanned on the key, where its errors belong.
+    let render = render_key(&krate_at(&args, key.format.span()), key, &rendered);
+    let template = args.key.as_ref().expect("a key was resolved");
+    let set_options = options_statement(&krate, &args, template, &options);
 
     let ItemFn {
         attrs,
@@ -102,7 +102,6 @@ fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
         sig,
         block,
     } = function;
-    let options = quote!(#krate::__private::options(#lease, #wait, #renew));
     let body = quote! {
         async move {
             let #ret: #return_type = #block;
@@ -119,6 +118,7 @@ fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
         #(#attrs)*
         #vis #sig {
             #render
+            #set_options
             #run
         }
     })
@@ -183,15 +183,73 @@ fn returns_result(ty: &Type) -> bool {
     }
 }
 
-/// `Some(ms)` or `None`, as the runtime's `options` takes them.
-fn millis_option(value: Option<(u64, Span)>) -> TokenStream {
+/// The path of the runtime crate: the `crate` option, or `::lock_runtime`
+/// spanned at `span`, so that an error in a call through it points there.
+fn krate_at(args: &Args, span: Span) -> TokenStream {
+    match &args.krate {
+        Some((path, _)) => quote!(#path),
+        None => quote_spanned!(span=> ::lock_runtime),
+    }
+}
+
+/// `let __key = ...;`: the key rendered with the client's prefix. Each
+/// `Display` placeholder goes through `__private::shown`, whose bound names
+/// the ways out when the value is not `Display`.
+fn render_key(krate: &TokenStream, key: Key, rendered: &syn::Ident) -> TokenStream {
+    let Key { format, args } = key;
+    let args = args.into_iter().map(|KeyArg { expr, debug }| {
+        if debug {
+            expr
+        } else {
+            let span = format.span();
+            quote_spanned!(span=> #krate::__private::shown(&#expr))
+        }
+    });
+    quote! {
+        let #rendered = #krate::__private::key(::core::format_args!(#format #(, #args)*));
+    }
+}
+
+/// `let __options = ...;`: the literal options, the key template as the
+/// label, then `lease` and `wait` expressions, each evaluated once, before
+/// the body takes the arguments.
+fn options_statement(
+    krate: &TokenStream,
+    args: &Args,
+    template: &syn::LitStr,
+    options: &syn::Ident,
+) -> TokenStream {
+    let renew = match args.renew {
+        Some((renew, _)) => renew,
+        None => true,
+    };
+    let lease = millis_option(args.lease.as_ref());
+    let wait = millis_option(args.wait.as_ref());
+    let mut value = quote! {
+        #krate::__private::options(#lease, #wait, #renew).label(#template)
+    };
+    for (name, arg) in [("lease", &args.lease), ("wait", &args.wait)] {
+        if let Some(DurationArg::Expr(expr)) = arg {
+            let method = syn::Ident::new(name, Span::call_site());
+            let span = expr.span();
+            let krate = krate_at(args, span);
+            let duration = quote_spanned!(span=> #krate::__private::duration(#expr));
+            value = quote!(#value.#method(#duration));
+        }
+    }
+    quote!(let #options = #value;)
+}
+
+/// `Some(ms)` for a duration string, `None` otherwise (no option, or an
+/// expression set after), as the runtime's `options` takes them.
+fn millis_option(value: Option<&DurationArg>) -> TokenStream {
     match value {
-        Some((millis, span)) => {
-            let mut literal = Literal::u64_suffixed(millis);
-            literal.set_span(span);
+        Some(DurationArg::Millis(millis, span)) => {
+            let mut literal = Literal::u64_suffixed(*millis);
+            literal.set_span(*span);
             quote!(::core::option::Option::Some(#literal))
         }
-        None => quote!(::core::option::Option::None),
+        _ => quote!(::core::option::Option::None),
     }
 }
 
@@ -219,15 +277,16 @@ mod tests {
                 #[inline]
                 pub async fn pay(&self, id: u64) -> Result<(), E> {
                     let __key = ::lock_runtime::__private::key(
-                        ::core::format_args!("order:{}", id)
+                        ::core::format_args!("order:{}", ::lock_runtime::__private::shown(&id))
                     );
+                    let __options = ::lock_runtime::__private::options(
+                        ::core::option::Option::Some(30000u64),
+                        ::core::option::Option::None,
+                        true
+                    ).label("order:<id>");
                     let __locked = ::lock_runtime::__private::run_locked(
                         __key,
-                        ::lock_runtime::__private::options(
-                            ::core::option::Option::Some(30000u64),
-                            ::core::option::Option::None,
-                            true
-                        ),
+                        __options,
                         async move {
                             let __ret: Result<(), E> = { body() };
                             #[allow(unreachable_code)]
@@ -256,15 +315,55 @@ mod tests {
             quote! {
                 async fn nightly<T: Clone>(t: T) -> io::Result<T> where T: Send {
                     let __key = locks::__private::key(::core::format_args!("{{jobs}}"));
+                    let __options = locks::__private::options(
+                        ::core::option::Option::Some(90000u64),
+                        ::core::option::Option::Some(0u64),
+                        false
+                    ).label("{jobs}");
                     let __locked = locks::__private::run_locked(
                         __key,
-                        locks::__private::options(
-                            ::core::option::Option::Some(90000u64),
-                            ::core::option::Option::Some(0u64),
-                            false
-                        ),
+                        __options,
                         async move {
                             let __ret: io::Result<T> = { Ok(t) };
+                            #[allow(unreachable_code)]
+                            __ret
+                        }
+                    );
+                    __locked.await
+                }
+            },
+        );
+    }
+
+    #[test]
+    fn expressions_and_debug_placeholders() {
+        assert_expands(
+            quote!(
+                key = "job:<job:?>",
+                lease = self.lease,
+                wait = wait_for(&job)
+            ),
+            quote! {
+                async fn run(&self, job: Job) -> Result<(), E> { Ok(()) }
+            },
+            quote! {
+                async fn run(&self, job: Job) -> Result<(), E> {
+                    let __key = ::lock_runtime::__private::key(
+                        ::core::format_args!("job:{:?}", job)
+                    );
+                    let __options = ::lock_runtime::__private::options(
+                        ::core::option::Option::None,
+                        ::core::option::Option::None,
+                        true
+                    )
+                    .label("job:<job:?>")
+                    .lease(::lock_runtime::__private::duration(self.lease))
+                    .wait(::lock_runtime::__private::duration(wait_for(&job)));
+                    let __locked = ::lock_runtime::__private::run_locked(
+                        __key,
+                        __options,
+                        async move {
+                            let __ret: Result<(), E> = { Ok(()) };
                             #[allow(unreachable_code)]
                             __ret
                         }

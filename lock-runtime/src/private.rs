@@ -47,3 +47,69 @@ where
         Err(error) => Either::Right(std::future::ready(Err(E::from(error)))),
     }
 }
+
+/// What a `<placeholder>` rendered with `Display` needs; every `Display`
+/// type has it. Its own trait so that the error for a value that is not
+/// `Display` says what to do in the key template.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be rendered in a lock key: it does not implement `Display`",
+    label = "a `<placeholder>` in this key is not `Display`",
+    note = "implement `Display` for `{Self}`, put a field that is `Display` in the key \
+            (`<arg.field>`), or write `<arg:?>` to render it with `Debug`"
+)]
+pub trait KeyPart {
+    /// Writes the value into the key.
+    fn fmt_key(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result;
+}
+
+impl<T: fmt::Display + ?Sized> KeyPart for T {
+    fn fmt_key(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// A placeholder's value, shown with `Display`.
+pub struct Shown<'a>(&'a (dyn KeyPart + 'a));
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt_key(f)
+    }
+}
+
+/// Wraps a placeholder's value; the bound is where a value that is not
+/// `Display` fails, with [`KeyPart`]'s message.
+pub fn shown<'a, T: KeyPart + 'a>(value: &'a T) -> Shown<'a> {
+    Shown(value)
+}
+
+/// What `lease = expr` and `wait = expr` take: a `Duration`, or a
+/// reference to one.
+#[diagnostic::on_unimplemented(
+    message = "`lease` and `wait` take a `std::time::Duration`, not `{Self}`",
+    label = "expected a `Duration` here",
+    note = "write a duration string such as \"30s\", checked at compile time, or an \
+            expression of type `std::time::Duration`, such as `Duration::from_secs(30)`, \
+            evaluated at each call"
+)]
+pub trait DurationOption {
+    /// The duration.
+    fn duration(self) -> Duration;
+}
+
+impl DurationOption for Duration {
+    fn duration(self) -> Duration {
+        self
+    }
+}
+
+impl DurationOption for &Duration {
+    fn duration(self) -> Duration {
+        *self
+    }
+}
+
+/// The `Duration` of a `lease = expr` or `wait = expr`.
+pub fn duration<D: DurationOption>(value: D) -> Duration {
+    value.duration()
+}

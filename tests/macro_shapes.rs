@@ -358,3 +358,58 @@ async fn duration_expressions() {
         Err(AppError::Lock(LockError::Invalid { .. }))
     ));
 }
+
+/// Methods of an `#[async_trait]` impl: the attribute sees async-trait's
+/// rewritten method and locks inside its boxed future.
+#[async_trait::async_trait]
+trait Ledger {
+    async fn post(&self, entry: u64, pair: (u32, u32)) -> Result<bool, AppError>;
+    async fn adjust(&mut self, by: u64) -> Result<u64, AppError>;
+    async fn close(self) -> Result<String, AppError>;
+}
+
+struct Book {
+    name: String,
+    total: u64,
+    lease: std::time::Duration,
+}
+
+#[async_trait::async_trait]
+impl Ledger for Book {
+    #[distributed_lock(key = "ledger:<self.name>:<entry>:<a>", lease = self.lease)]
+    async fn post(&self, entry: u64, (a, b): (u32, u32)) -> Result<bool, AppError> {
+        if b == 0 {
+            return Err(AppError::OutOfStock);
+        }
+        Ok(holds(&format!("ledger:{}:{entry}:{a}", self.name)))
+    }
+
+    #[distributed_lock(key = "ledger:<self.name>", wait = "1s")]
+    async fn adjust(&mut self, by: u64) -> Result<u64, AppError> {
+        self.total += by;
+        Ok(self.total)
+    }
+
+    #[distributed_lock(key = "ledger:<self.name>:close")]
+    async fn close(self) -> Result<String, AppError> {
+        Ok(self.name)
+    }
+}
+
+#[tokio::test]
+async fn async_trait_methods() {
+    setup();
+    let mut book = Book {
+        name: "b-1".to_owned(),
+        total: 0,
+        lease: std::time::Duration::from_secs(5),
+    };
+    assert!(book.post(7, (1, 2)).await.unwrap());
+    assert!(matches!(
+        book.post(7, (1, 0)).await,
+        Err(AppError::OutOfStock)
+    ));
+    assert_eq!(book.adjust(3).await.unwrap(), 3);
+    let closing = tokio::spawn(book.close());
+    assert_eq!(closing.await.unwrap().unwrap(), "b-1");
+}

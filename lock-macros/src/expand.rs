@@ -50,6 +50,7 @@ use syn::spanned::Spanned;
 use syn::{ItemFn, ReturnType, Signature, Type};
 
 use crate::args::{Args, DurationArg, Errors};
+use crate::async_trait::{self, AsyncTraitFn};
 use crate::key::{Key, KeyArg};
 
 /// The attribute's entry point. On error, the compile errors are emitted next
@@ -69,15 +70,36 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
 fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
     let mut errors = Errors::default();
     let args = Args::parse(args, &mut errors);
-    let return_type = errors.keep(check_signature(&function.sig));
+    // A boxed future that is not async-trait's is one error, not three.
+    let rewritten = match async_trait::detect(&function) {
+        Ok(rewritten) => rewritten,
+        Err(error) => {
+            errors.push(error);
+            return Err(errors.finish().expect_err("an error was gathered"));
+        }
+    };
+    let return_type = errors.keep(check_signature(&function.sig, rewritten.as_ref()));
+    // Under async-trait, names bound by patterns are bound in its prologue.
+    let mut prologue_names = Vec::new();
+    for stmt in rewritten.iter().flat_map(|f| &f.prologue) {
+        if let syn::Stmt::Local(local) = stmt {
+            crate::key::bound_names(&local.pat, &mut prologue_names);
+        }
+    }
     let key = args
         .key
         .as_ref()
-        .and_then(|lit| errors.keep(Key::resolve(lit, &function.sig)));
+        .and_then(|lit| errors.keep(Key::resolve(lit, &function.sig, prologue_names)));
     errors.finish()?;
-    let (Some(return_type), Some(key)) = (return_type, key) else {
+    let (Some(return_type), Some(mut key)) = (return_type, key) else {
         unreachable!("a missing part always leaves an error");
     };
+    let renamed_self = rewritten.as_ref().and_then(|f| f.renamed_self.as_ref());
+    if let Some(renamed) = renamed_self {
+        for arg in &mut key.args {
+            arg.expr = async_trait::rename_self(std::mem::take(&mut arg.expr), renamed);
+        }
+    }
 
     // An `E` without `From<LockError>` fails `run_locked`'s bound, at the
     // call, the `let` and the `.await`; spanning those on the return type,
@@ -94,7 +116,7 @@ fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
     // The key's own calls are spanned on the key, where its errors belong.
     let render = render_key(&krate_at(&args, key.format.span()), key, &rendered);
     let template = args.key.as_ref().expect("a key was resolved");
-    let set_options = options_statement(&krate, &args, template, &options);
+    let set_options = options_statement(&krate, &args, template, &options, renamed_self);
 
     let ItemFn {
         attrs,
@@ -102,37 +124,69 @@ fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
         sig,
         block,
     } = function;
-    let body = quote! {
-        async move {
-            let #ret: #return_type = #block;
-            #[allow(unreachable_code)]
-            #ret
+    let body = match &rewritten {
+        Some(rewritten) => {
+            let stmts = &rewritten.body;
+            quote!(async move { #(#stmts)* })
         }
+        None => quote! {
+            async move {
+                let #ret: #return_type = #block;
+                #[allow(unreachable_code)]
+                #ret
+            }
+        },
     };
     let run = quote_spanned! {call_span=>
         let #locked = #krate::__private::run_locked(#rendered, #options, #body);
         #locked.await
     };
+    let locked_body = quote! {
+        #render
+        #set_options
+        #run
+    };
 
+    let block = match rewritten {
+        Some(AsyncTraitFn {
+            box_pin, prologue, ..
+        }) => quote! {
+            #box_pin(async move {
+                #(#prologue)*
+                #locked_body
+            })
+        },
+        None => locked_body,
+    };
     Ok(quote! {
         #(#attrs)*
         #vis #sig {
-            #render
-            #set_options
-            #run
+            #block
         }
     })
 }
 
-/// Checks that the function is an `async fn`, not `const`, returning a
-/// `Result`; gives the return type.
-fn check_signature(sig: &Signature) -> syn::Result<Type> {
+/// Checks that the function is an `async fn` (or one that `#[async_trait]`
+/// rewrote), not `const`, returning a `Result`; gives the return type.
+fn check_signature(sig: &Signature, rewritten: Option<&AsyncTraitFn>) -> syn::Result<Type> {
     let mut errors = Errors::default();
     if let Some(constness) = &sig.constness {
         errors.push(syn::Error::new_spanned(
             constness,
             "`#[distributed_lock]` cannot be used on a `const fn`: remove `const`",
         ));
+    }
+    if let Some(rewritten) = rewritten {
+        if !returns_result(&rewritten.output) {
+            errors.push(syn::Error::new_spanned(
+                &rewritten.output,
+                "`#[distributed_lock]` needs a function that returns `Result<T, E>` with \
+                 `E: From<lock_runtime::LockError>`, so that a lock failure can be returned: \
+                 change the return type to a `Result`",
+            ));
+        }
+        errors.finish()?;
+        return Ok(rewritten.output.clone());
     }
     if sig.asyncness.is_none() {
         errors.push(syn::Error::new_spanned(
@@ -218,6 +272,7 @@ fn options_statement(
     args: &Args,
     template: &syn::LitStr,
     options: &syn::Ident,
+    renamed_self: Option<&syn::Ident>,
 ) -> TokenStream {
     let renew = match args.renew {
         Some((renew, _)) => renew,
@@ -233,6 +288,10 @@ fn options_statement(
             let method = syn::Ident::new(name, Span::call_site());
             let span = expr.span();
             let krate = krate_at(args, span);
+            let mut expr = quote!(#expr);
+            if let Some(renamed) = renamed_self {
+                expr = async_trait::rename_self(expr, renamed);
+            }
             let duration = quote_spanned!(span=> #krate::__private::duration(#expr));
             value = quote!(#value.#method(#duration));
         }

@@ -196,13 +196,19 @@ pub(crate) struct KeyArg {
 }
 
 impl Key {
-    /// Parses the template in `lit` and checks each placeholder against `sig`.
+    /// Parses the template in `lit` and checks each placeholder against `sig`
+    /// and `more_names` (bound in the body before the lock, by async-trait).
     /// All errors are spanned on `lit`, and all unknown placeholders are
     /// reported together.
-    pub(crate) fn resolve(lit: &LitStr, sig: &Signature) -> syn::Result<Key> {
+    pub(crate) fn resolve(
+        lit: &LitStr,
+        sig: &Signature,
+        more_names: Vec<String>,
+    ) -> syn::Result<Key> {
         let span = lit.span();
         let pieces = parse(&lit.value()).map_err(|message| syn::Error::new(span, message))?;
-        let params = Params::of(sig);
+        let mut params = Params::of(sig);
+        params.names.extend(more_names);
 
         let mut format = String::new();
         let mut args = Vec::new();
@@ -298,9 +304,11 @@ impl Params {
 
     /// Lists what placeholders may name, for error messages.
     fn listing(&self, lead: &str) -> String {
+        // `__self` and `__arg1` are async-trait's names, not the user's.
         let mut usable: Vec<String> = self
             .names
             .iter()
+            .filter(|name| !name.starts_with("__"))
             .map(|name| format!("`<{name}>`"))
             .collect();
         if self.receiver {
@@ -318,7 +326,7 @@ impl Params {
 /// Adds the names that `pat` binds to `names`: `x`, `mut x`, `ref x`, and
 /// the names inside tuple, struct, tuple-struct, slice and reference
 /// patterns. `_` and `..` bind nothing.
-fn bound_names(pat: &Pat, names: &mut Vec<String>) {
+pub(crate) fn bound_names(pat: &Pat, names: &mut Vec<String>) {
     match pat {
         Pat::Ident(pat) => {
             names.push(pat.ident.to_string());
@@ -444,7 +452,7 @@ mod tests {
     fn resolve(template: &str, sig: &str) -> Result<(String, Vec<String>), String> {
         let sig: syn::Signature = syn::parse_str(sig).unwrap();
         let lit = syn::LitStr::new(template, proc_macro2::Span::call_site());
-        Key::resolve(&lit, &sig)
+        Key::resolve(&lit, &sig, Vec::new())
             .map(|key| {
                 let args = key
                     .args

@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 mod args;
+mod async_trait;
 mod duration;
 mod expand;
 mod key;

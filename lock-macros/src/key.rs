@@ -156,9 +156,7 @@ fn braced_argument(text: &str, params: &Params) -> Option<(String, String)> {
     let mut rest = text;
     while let Some(open) = rest.find('{') {
         let after = &rest[open + 1..];
-        let Some(close) = after.find(['{', '}']) else {
-            return None;
-        };
+        let close = after.find(['{', '}'])?;
         if after[close..].starts_with('}') {
             let inside = &after[..close];
             let (path, spec) = match inside.split_once(':') {

@@ -413,3 +413,57 @@ async fn async_trait_methods() {
     let closing = tokio::spawn(book.close());
     assert_eq!(closing.await.unwrap().unwrap(), "b-1");
 }
+
+/// A service with a client of its own, beside the global one.
+struct Tenant {
+    locks: lock_runtime::LockClient,
+    id: u32,
+}
+
+impl Tenant {
+    /// `client = &self.locks`: the body takes `self`, the call keeps a clone.
+    #[distributed_lock(key = "tenant:<self.id>", client = &self.locks, wait = "0s")]
+    async fn work(self) -> Result<usize, AppError> {
+        Ok(self.locks.renewing())
+    }
+}
+
+#[tokio::test]
+async fn client_option() {
+    setup();
+    let locks = lock_runtime::LockClient::in_memory();
+    let tenant = Tenant {
+        locks: locks.clone(),
+        id: 1,
+    };
+    // The lock is renewed by the tenant's client, not the global one.
+    assert_eq!(tenant.work().await.unwrap(), 1);
+    assert_eq!(locks.renewing(), 0);
+    // Held on the tenant's client by another task, the key is busy there.
+    let (taken, release) = (
+        tokio::sync::oneshot::channel(),
+        tokio::sync::oneshot::channel(),
+    );
+    let (taken_tx, taken_rx) = taken;
+    let (release_tx, release_rx) = release;
+    let holder = tokio::spawn({
+        let locks = locks.clone();
+        async move {
+            locks
+                .run_locked("tenant:2", lock_runtime::LockOptions::new(), async move {
+                    taken_tx.send(()).unwrap();
+                    release_rx.await.unwrap();
+                    Ok::<_, LockError>(())
+                })
+                .await
+        }
+    });
+    taken_rx.await.unwrap();
+    let busy = Tenant { locks, id: 2 }.work().await;
+    assert!(
+        matches!(busy, Err(AppError::Lock(LockError::Timeout { .. }))),
+        "{busy:?}"
+    );
+    release_tx.send(()).unwrap();
+    holder.await.unwrap().unwrap();
+}

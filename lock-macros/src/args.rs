@@ -1,4 +1,5 @@
-//! The attribute's options: `key`, `lease`, `wait`, `renew` and `crate`.
+//! The attribute's options: `key`, `lease`, `wait`, `renew`, `crate` and
+//! `client`.
 //!
 //! `lease` and `wait` are a duration string, checked here, or any other
 //! expression, evaluated at call time (its type is checked by the compiler).
@@ -11,7 +12,7 @@ use syn::{Expr, ExprLit, Lit, LitStr};
 use crate::duration;
 
 /// The names the attribute accepts, in the order error messages list them.
-const OPTIONS: &str = "`key`, `lease`, `wait`, `renew`, `crate`";
+const OPTIONS: &str = "`key`, `lease`, `wait`, `renew`, `crate`, `client`";
 
 /// The options as written; each value is kept with the span of the literal it
 /// came from, so later errors can point at it.
@@ -27,6 +28,9 @@ pub(crate) struct Args {
     pub renew: Option<(bool, Span)>,
     /// The path of the runtime crate, for renamed dependencies.
     pub krate: Option<(syn::Path, Span)>,
+    /// The client to lock on instead of the global one: an expression of
+    /// type `LockClient` or `&LockClient`.
+    pub client: Option<Box<Expr>>,
 }
 
 impl Args {
@@ -49,7 +53,7 @@ impl Args {
             let Some(name) = meta.path.get_ident().map(ToString::to_string) else {
                 return Err(unknown_option(&meta));
             };
-            if !["key", "lease", "wait", "renew", "crate"].contains(&name.as_str()) {
+            if !["key", "lease", "wait", "renew", "crate", "client"].contains(&name.as_str()) {
                 return Err(unknown_option(&meta));
             }
             // Errors in reading the tokens stop here; errors in the value are
@@ -73,6 +77,7 @@ impl Args {
                     let renew = bool_lit(value, &name);
                     set_once(&meta, &mut args.renew, renew, errors);
                 }
+                "client" => set_once(&meta, &mut args.client, Ok(Box::new(value)), errors),
                 _ => {
                     let krate = crate_path(value, &name);
                     set_once(&meta, &mut args.krate, krate, errors);

@@ -114,7 +114,34 @@ fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
     let locked = syn::Ident::new("__locked", call_span);
 
     // The key's own calls are spanned on the key, where its errors belong.
-    let render = render_key(&krate_at(&args, key.format.span()), key, &rendered);
+    let key_krate = krate_at(&args, key.format.span());
+    // With `client`, the key and the call take `&__client` first.
+    let client = syn::Ident::new("__client", mixed);
+    let (pick_client, client_arg, key_fn, run_fn) = match &args.client {
+        Some(expr) => {
+            let mut expr = quote!(#expr);
+            if let Some(renamed) = renamed_self {
+                expr = async_trait::rename_self(expr, renamed);
+            }
+            let client_krate = krate_at(&args, expr.span());
+            let pick = quote_spanned! {expr.span()=>
+                let #client = #client_krate::__private::client_of(#expr);
+            };
+            (
+                pick,
+                Some(quote!(&#client,)),
+                quote!(#key_krate::__private::key_on),
+                quote_spanned!(call_span=> #krate::__private::run_locked_on),
+            )
+        }
+        None => (
+            TokenStream::new(),
+            None,
+            quote!(#key_krate::__private::key),
+            quote_spanned!(call_span=> #krate::__private::run_locked),
+        ),
+    };
+    let render = render_key(key_fn, client_arg.clone(), &key_krate, key, &rendered);
     let template = args.key.as_ref().expect("a key was resolved");
     let set_options = options_statement(&krate, &args, template, &options, renamed_self);
 
@@ -138,10 +165,11 @@ fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
         },
     };
     let run = quote_spanned! {call_span=>
-        let #locked = #krate::__private::run_locked(#rendered, #options, #body);
+        let #locked = #run_fn(#client_arg #rendered, #options, #body);
         #locked.await
     };
     let locked_body = quote! {
+        #pick_client
         #render
         #set_options
         #run
@@ -249,7 +277,14 @@ fn krate_at(args: &Args, span: Span) -> TokenStream {
 /// `let __key = ...;`: the key rendered with the client's prefix. Each
 /// `Display` placeholder goes through `__private::shown`, whose bound names
 /// the ways out when the value is not `Display`.
-fn render_key(krate: &TokenStream, key: Key, rendered: &syn::Ident) -> TokenStream {
+/// `key_fn` is `__private::key`, or `__private::key_on` with `client_arg`.
+fn render_key(
+    key_fn: TokenStream,
+    client_arg: Option<TokenStream>,
+    krate: &TokenStream,
+    key: Key,
+    rendered: &syn::Ident,
+) -> TokenStream {
     let Key { format, args } = key;
     let args = args.into_iter().map(|KeyArg { expr, debug }| {
         if debug {
@@ -260,7 +295,7 @@ fn render_key(krate: &TokenStream, key: Key, rendered: &syn::Ident) -> TokenStre
         }
     });
     quote! {
-        let #rendered = #krate::__private::key(::core::format_args!(#format #(, #args)*));
+        let #rendered = #key_fn(#client_arg ::core::format_args!(#format #(, #args)*));
     }
 }
 

@@ -113,3 +113,51 @@ impl DurationOption for &Duration {
 pub fn duration<D: DurationOption>(value: D) -> Duration {
     value.duration()
 }
+
+/// What `client = expr` takes: a `LockClient` or a reference to one.
+#[diagnostic::on_unimplemented(
+    message = "`client` takes a `lock_runtime::LockClient` or `&LockClient`, not `{Self}`",
+    label = "expected a `LockClient` here"
+)]
+pub trait ClientOption {
+    /// The client, cloned if borrowed (a clone is one reference count).
+    fn into_client(self) -> LockClient;
+}
+
+impl ClientOption for LockClient {
+    fn into_client(self) -> LockClient {
+        self
+    }
+}
+
+impl ClientOption for &LockClient {
+    fn into_client(self) -> LockClient {
+        self.clone()
+    }
+}
+
+/// The client of a `client = expr` call, owned by the call so that the body
+/// may take whatever the expression borrowed from.
+pub fn client_of<C: ClientOption>(client: C) -> LockClient {
+    client.into_client()
+}
+
+/// Renders `key` with `client`'s prefix.
+pub fn key_on(client: &LockClient, key: fmt::Arguments<'_>) -> String {
+    client.full_key(key)
+}
+
+/// Runs `body` under the lock `key` (rendered by [`key_on`]) on `client`.
+pub fn run_locked_on<'a, T, E, F>(
+    client: &'a LockClient,
+    key: String,
+    options: LockOptions,
+    body: F,
+) -> impl Future<Output = Result<T, E>> + 'a
+where
+    F: Future<Output = Result<T, E>> + 'a,
+    E: From<LockError> + 'a,
+    T: 'a,
+{
+    crate::locking::run(client, key, options, body)
+}

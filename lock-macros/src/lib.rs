@@ -16,9 +16,10 @@ mod key;
 
 use proc_macro::TokenStream;
 
-/// Runs the annotated `async fn` under a distributed lock.
-///
-/// See `lock_runtime::distributed_lock` for the options and an example.
+// The attribute's whole documentation, shown by rustdoc (also where
+// `lock-runtime` re-exports it) and by IDE hover. Its examples need
+// `lock-runtime`, so they run as doctests of that crate.
+#[doc = include_str!("attribute.md")]
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::distributed_lock(args.into(), item.into()).into()

@@ -42,18 +42,41 @@
 //! ```
 //!
 //! # Options
+//! The attribute's page, [`distributed_lock`], documents each option with
+//! an example.
 //! - `key = "order:<id>"` (required): the lock's name. `<name>` is an
-//!   argument (anything `Display`), `<name.field>` a field of one,
-//!   `<self.field>` a field of the receiver. The Redis key is the client's
-//!   prefix (default `lock:`) followed by the rendered key.
+//!   argument (anything `Display`; `<name:?>` renders with `Debug`),
+//!   `<name.field>` a field of one, `<self.field>` a field of the receiver;
+//!   names bound by patterns such as `Path(id): Path<u64>` work too. The
+//!   Redis key is the client's prefix (default `lock:`) followed by the
+//!   rendered key; the template itself labels the call's span and metrics.
 //! - `lease = "30s"`: how long the lock lives in Redis without a renewal
-//!   (default: the client's, 30 s; at least 10 ms). Durations are `250ms`, `30s`, `5m`, `1h`.
+//!   (default: the client's, 30 s; at least 10 ms). Durations are `250ms`,
+//!   `30s`, `5m`, `1h`; or any expression of type `Duration` (`LEASE`,
+//!   `self.lease`), evaluated at each call.
 //! - `wait = "5s"`: how long to wait for a lock that another owner holds;
 //!   `"0s"` tries once (default: the client's, 10 s). Then the call returns
-//!   [`LockError::Timeout`].
+//!   [`LockError::Timeout`]. Strings or expressions, as for `lease`.
 //! - `renew = false`: do not renew; the body is stopped with
 //!   [`LockError::Lost`] when the lease runs out (default `true`).
 //! - `crate = "path"`: where this crate is, if it was renamed.
+//! - `client = &self.locks`: lock on that [`LockClient`] rather than the
+//!   global one.
+//!
+//! # Key templates
+//! - Text outside `<...>` is copied as it is, braces included: in Redis
+//!   Cluster the part between the first `{` and `}` picks the slot, so
+//!   `"{<tenant>}:order:<id>"` keeps a tenant's locks in one slot.
+//! - `"order:{id}"` (the format-string habit) is a compile error when `id`
+//!   is an argument: it would lock the literal text, one lock for all
+//!   orders. Braces around anything else stay literal.
+//! - Values are not escaped: `"a:<x>:<y>"` renders `x = "1:2", y = "3"` and
+//!   `x = "1", y = "2:3"` as the same `a:1:2:3`. The key stays the plain
+//!   string other tools and services name the lock by, no per-call scan is
+//!   paid, and a collision only makes two calls exclude each other, never
+//!   admits two holders. Put the one value that may hold the separator
+//!   last, or write it `<x:?>` (quoted). `"<a><b>"` is refused: it collides
+//!   even for numbers.
 //!
 //! The function must be `async` and return `Result<T, E>` with
 //! `E: From<LockError>`; lock failures come back as `Err(E::from(error))`
@@ -73,7 +96,7 @@
 //!   holder's release publishes, or when the holder's lease runs out.
 //! - Every acquisition gets a fencing token ([`fencing_token`]) that a
 //!   protected store can check to refuse a holder that lost its lock; see
-//!   [`fencing`](fencing_token) for how.
+//!   the [fencing guide](guide::fencing) for how, in Lua and SQL.
 //! - [`LockClient::redlock`] locks by quorum across N independent Redis
 //!   masters, with the same behaviour for the caller.
 //! - One watchdog task per client renews every held lock at a third of its
@@ -88,6 +111,7 @@ mod client;
 mod error;
 mod fencing;
 mod global;
+pub mod guide;
 mod held;
 mod io;
 mod locking;
@@ -100,6 +124,12 @@ mod subscriptions;
 mod wakeup;
 mod watchdog;
 
+/// The attribute's documentation examples, run as doctests here, where
+/// `lock_runtime` exists.
+#[cfg(doctest)]
+#[doc = include_str!("../../lock-macros/src/attribute.md")]
+struct AttributeDocExamples;
+
 #[doc(hidden)]
 pub mod __private {
     pub use crate::private::*;
@@ -109,8 +139,8 @@ pub use client::{LockClient, LockClientBuilder};
 pub use error::{LockError, LossReason, NodeFailure};
 pub use fencing::{fencing_token, fencing_token_of};
 pub use global::{client, init};
-/// Runs an async function under a distributed lock; see the
-/// [crate documentation](crate) for the options.
+// Documented where it is defined (`lock-macros/src/attribute.md`), so that
+// rustdoc and IDE hover show the same page.
 pub use lock_macros::distributed_lock;
 pub use options::LockOptions;
 

@@ -336,7 +336,12 @@ impl Configured {
     }
 }
 
-#[distributed_lock(key = "const:<id>", lease = LEASE, wait = &std::time::Duration::ZERO)]
+/// A reference to a `Duration`, as a configuration getter may give.
+fn no_wait() -> &'static std::time::Duration {
+    &std::time::Duration::ZERO
+}
+
+#[distributed_lock(key = "const:<id>", lease = LEASE, wait = no_wait())]
 async fn const_lease(id: u32) -> Result<u32, AppError> {
     Ok(id)
 }

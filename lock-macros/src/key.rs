@@ -206,7 +206,11 @@ impl Key {
         let span = lit.span();
         let pieces = parse(&lit.value()).map_err(|message| syn::Error::new(span, message))?;
         let mut params = Params::of(sig);
-        params.names.extend(more_names);
+        for name in more_names {
+            if !params.names.contains(&name) {
+                params.names.push(name);
+            }
+        }
 
         let mut format = String::new();
         let mut args = Vec::new();

@@ -56,7 +56,9 @@ use crate::key::{Key, KeyArg};
 /// The attribute's entry point. On error, the compile errors are emitted next
 /// to the unchanged function, so the rest of the crate still sees it.
 pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
-    let result = syn::parse2::<ItemFn>(item.clone()).and_then(|function| expand(args, function));
+    let result = syn::parse2::<ItemFn>(item.clone())
+        .map_err(|error| not_a_function(&item).unwrap_or(error))
+        .and_then(|function| expand(args, function));
     match result {
         Ok(tokens) => tokens,
         Err(error) => {
@@ -64,6 +66,23 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
             quote!(#error #item)
         }
     }
+}
+
+/// The error for the attribute on an `impl` or a trait (perhaps above
+/// `#[async_trait]`): it goes on each method.
+fn not_a_function(item: &TokenStream) -> Option<syn::Error> {
+    let (token, what) = match syn::parse2::<syn::Item>(item.clone()).ok()? {
+        syn::Item::Impl(item) => (item.impl_token.span, "an `impl` block"),
+        syn::Item::Trait(item) => (item.trait_token.span, "a trait"),
+        _ => return None,
+    };
+    Some(syn::Error::new(
+        token,
+        format!(
+            "`#[distributed_lock]` goes on an `async fn`, not on {what}: put it on each \
+             method to lock, inside the block (below `#[async_trait]`, if the block has it)"
+        ),
+    ))
 }
 
 /// Validates the options and the signature, then generates the function.

@@ -85,12 +85,22 @@ fn not_a_function(item: &TokenStream) -> Option<syn::Error> {
     ))
 }
 
-/// Validates the options and the signature, then generates the function.
-fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
+/// What `validate` found: the options, async-trait's form if the function
+/// is in it, the return type, the resolved key.
+struct Checked {
+    args: Args,
+    rewritten: Option<AsyncTraitFn>,
+    return_type: Type,
+    key: Key,
+}
+
+/// Parses the options and checks the function and the key, gathering every
+/// error.
+fn validate(args: TokenStream, function: &ItemFn) -> syn::Result<Checked> {
     let mut errors = Errors::default();
     let args = Args::parse(args, &mut errors);
     // A boxed future that is not async-trait's is one error, not three.
-    let rewritten = match async_trait::detect(&function) {
+    let rewritten = match async_trait::detect(function) {
         Ok(rewritten) => rewritten,
         Err(error) => {
             errors.push(error);
@@ -113,12 +123,28 @@ fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
     let (Some(return_type), Some(mut key)) = (return_type, key) else {
         unreachable!("a missing part always leaves an error");
     };
-    let renamed_self = rewritten.as_ref().and_then(|f| f.renamed_self.as_ref());
-    if let Some(renamed) = renamed_self {
+    if let Some(renamed) = rewritten.as_ref().and_then(|f| f.renamed_self.as_ref()) {
         for arg in &mut key.args {
             arg.expr = async_trait::rename_self(std::mem::take(&mut arg.expr), renamed);
         }
     }
+    Ok(Checked {
+        args,
+        rewritten,
+        return_type,
+        key,
+    })
+}
+
+/// Validates the options and the signature, then generates the function.
+fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
+    let Checked {
+        args,
+        rewritten,
+        return_type,
+        key,
+    } = validate(args, &function)?;
+    let renamed_self = rewritten.as_ref().and_then(|f| f.renamed_self.as_ref());
 
     // An `E` without `From<LockError>` fails `run_locked`'s bound, at the
     // call, the `let` and the `.await`; spanning those on the return type,
@@ -134,32 +160,12 @@ fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
 
     // The key's own calls are spanned on the key, where its errors belong.
     let key_krate = krate_at(&args, key.format.span());
-    // With `client`, the key and the call take `&__client` first.
-    let client = syn::Ident::new("__client", mixed);
-    let (pick_client, client_arg, key_fn, run_fn) = match &args.client {
-        Some(expr) => {
-            let mut expr = quote!(#expr);
-            if let Some(renamed) = renamed_self {
-                expr = async_trait::rename_self(expr, renamed);
-            }
-            let client_krate = krate_at(&args, expr.span());
-            let pick = quote_spanned! {expr.span()=>
-                let #client = #client_krate::__private::client_of(#expr);
-            };
-            (
-                pick,
-                Some(quote!(&#client,)),
-                quote!(#key_krate::__private::key_on),
-                quote_spanned!(call_span=> #krate::__private::run_locked_on),
-            )
-        }
-        None => (
-            TokenStream::new(),
-            None,
-            quote!(#key_krate::__private::key),
-            quote_spanned!(call_span=> #krate::__private::run_locked),
-        ),
-    };
+    let Calls {
+        pick_client,
+        client_arg,
+        key_fn,
+        run_fn,
+    } = calls(&args, &key_krate, &krate, call_span, renamed_self);
     let render = render_key(key_fn, client_arg.clone(), &key_krate, key, &rendered);
     let template = args.key.as_ref().expect("a key was resolved");
     let set_options = options_statement(&krate, &args, template, &options, renamed_self);
@@ -281,6 +287,51 @@ fn returns_result(ty: &Type) -> bool {
         Type::Group(group) => returns_result(&group.elem),
         Type::Paren(paren) => returns_result(&paren.elem),
         _ => false,
+    }
+}
+
+/// The runtime functions a call goes through, with or without `client`.
+struct Calls {
+    /// `let __client = __private::client_of(expr);`, or nothing.
+    pick_client: TokenStream,
+    /// `&__client,`: the first argument of `key_fn` and `run_fn`, if any.
+    client_arg: Option<TokenStream>,
+    /// `__private::key` or `__private::key_on`.
+    key_fn: TokenStream,
+    /// `__private::run_locked` or `__private::run_locked_on`.
+    run_fn: TokenStream,
+}
+
+/// The calls for the global client, or for `client = expr` (evaluated once,
+/// before the key: with it, the key and the call take `&__client` first).
+fn calls(
+    args: &Args,
+    key_krate: &TokenStream,
+    krate: &TokenStream,
+    call_span: Span,
+    renamed_self: Option<&syn::Ident>,
+) -> Calls {
+    let Some(expr) = &args.client else {
+        return Calls {
+            pick_client: TokenStream::new(),
+            client_arg: None,
+            key_fn: quote!(#key_krate::__private::key),
+            run_fn: quote_spanned!(call_span=> #krate::__private::run_locked),
+        };
+    };
+    let client = syn::Ident::new("__client", Span::mixed_site());
+    let mut expr = quote!(#expr);
+    if let Some(renamed) = renamed_self {
+        expr = async_trait::rename_self(expr, renamed);
+    }
+    let client_krate = krate_at(args, expr.span());
+    Calls {
+        pick_client: quote_spanned! {expr.span()=>
+            let #client = #client_krate::__private::client_of(#expr);
+        },
+        client_arg: Some(quote!(&#client,)),
+        key_fn: quote!(#key_krate::__private::key_on),
+        run_fn: quote_spanned!(call_span=> #krate::__private::run_locked_on),
     }
 }
 

@@ -91,12 +91,14 @@ mod global;
 mod held;
 mod io;
 mod locking;
+pub mod metrics;
 mod options;
 mod owner_id;
 mod ownership;
 mod private;
 mod replica_sync;
 mod subscriptions;
+mod telemetry;
 mod wakeup;
 mod watchdog;
 

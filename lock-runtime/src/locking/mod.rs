@@ -12,6 +12,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
+use tracing::Span;
 
 use crate::backend::Route;
 use crate::client::LockClient;
@@ -19,10 +20,15 @@ use crate::error::{LockError, LossReason};
 use crate::held::{Frame, HeldLock, Term};
 use crate::options::LockOptions;
 use crate::ownership;
+use crate::telemetry::{self, UNLABELLED};
 use acquire::Request;
-use release::{release, release_later, Released};
+use release::{release, release_dropped, release_later, Released};
 
 /// Runs `body` under the lock `key` (a full backend key) of `client`.
+///
+/// The call's span is made here, in the caller's context, so that it is a
+/// child of the caller's current span; it is entered whenever the call is
+/// polled or dropped.
 pub(crate) fn run<T, E, F>(
     client: &LockClient,
     key: String,
@@ -33,9 +39,13 @@ where
     F: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
+    let label = options.label_name().unwrap_or(UNLABELLED);
+    let (lease, wait) = (client.inner.lease, client.inner.wait);
+    let span = telemetry::span(&key, label, options.lease_or(lease), options.wait_or(wait));
     Locked {
         client,
         phase: Phase::Start { key, options },
+        span,
         body: Some(body),
     }
 }
@@ -56,6 +66,8 @@ pin_project! {
     pub(crate) struct Locked<'a, F, T, E> {
         client: &'a LockClient,
         phase: Phase<'a, T, E>,
+        // The call's `distributed_lock` span (disabled without a subscriber).
+        span: Span,
         // `None` once the call has ended, or the lock was lost.
         #[pin]
         body: Option<F>,
@@ -64,6 +76,7 @@ pin_project! {
     impl<'a, F, T, E> PinnedDrop for Locked<'a, F, T, E> {
         fn drop(this: Pin<&mut Self>) {
             let mut this = this.project();
+            let _entered = this.span.enter();
             let held = match mem::replace(this.phase, Phase::Done) {
                 Phase::Holding(frame) => {
                     // In the lock's scope, where the body ran.
@@ -80,7 +93,8 @@ pin_project! {
                 _ => return,
             };
             this.client.inner.registry.unregister(held.id);
-            release_later(this.client, held, Route::Home);
+            telemetry::dropped_while_held(&held);
+            release_dropped(this.client, held, this.span.clone());
         }
     }
 }
@@ -132,6 +146,7 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let client = *this.client;
+        let _entered = this.span.enter();
         loop {
             match this.phase {
                 Phase::Start { .. } => {
@@ -228,6 +243,7 @@ fn start<'a, T, E>(
     let parent = ownership::innermost();
     if let Some(held) = ownership::held(&inner.tag, &key) {
         let outer = parent.expect("a held lock is in a chain");
+        telemetry::reentered(options.label_name().unwrap_or(UNLABELLED));
         return Ok(Phase::Reentered(Frame::Reentered(Arc::new((held, outer)))));
     }
     if ownership::held_elsewhere(&inner.tag, &key).is_some() {
@@ -257,6 +273,7 @@ fn start<'a, T, E>(
         lease,
         drift: lease.mul_f64(inner.drift_factor) + Duration::from_millis(2),
         renew: options.renews(),
+        label: options.label_name().unwrap_or(UNLABELLED),
     };
     // Chosen here, in the caller's task: a connection of the caller's
     // runtime if it has one.
@@ -308,6 +325,7 @@ fn lost(held: &HeldLock, reason: LossReason) -> LockError {
 /// the backend, in the background (Redis may be unreachable: the caller does
 /// not wait), and wakes this client's line for the key at once.
 fn on_loss(client: &LockClient, held: Arc<HeldLock>, reason: LossReason) -> LockError {
+    telemetry::lost(&held, reason);
     let error = lost(&held, reason);
     client.inner.waiters.wake_release(held.key.as_bytes(), 0);
     release_later(client, held, Route::Home);
@@ -323,12 +341,16 @@ fn finish<T, E: From<LockError>>(
     released: Released,
 ) -> Result<T, E> {
     let reason = match released {
-        Released::Freed => return result,
+        Released::Freed => {
+            telemetry::released(held);
+            return result;
+        }
         // The body outlived its lease, or the lock was erased or taken
         // while the body ran (a Redis restart, say, before any renewal could
         // notice).
         Released::NotHeld => held.check_now().unwrap_or(LossReason::Taken),
         Released::Unknown => LossReason::Unconfirmed,
     };
+    telemetry::lost(held, reason);
     Err(E::from(lost(held, reason)))
 }

@@ -25,10 +25,6 @@ use acquire::Request;
 use release::{release, release_dropped, release_later, Released};
 
 /// Runs `body` under the lock `key` (a full backend key) of `client`.
-///
-/// The call's span is made here, in the caller's context, so that it is a
-/// child of the caller's current span; it is entered whenever the call is
-/// polled or dropped.
 pub(crate) fn run<T, E, F>(
     client: &LockClient,
     key: String,
@@ -39,13 +35,10 @@ where
     F: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
-    let label = options.label_name().unwrap_or(UNLABELLED);
-    let (lease, wait) = (client.inner.lease, client.inner.wait);
-    let span = telemetry::span(&key, label, options.lease_or(lease), options.wait_or(wait));
     Locked {
         client,
         phase: Phase::Start { key, options },
-        span,
+        span: Span::none(),
         body: Some(body),
     }
 }
@@ -66,7 +59,10 @@ pin_project! {
     pub(crate) struct Locked<'a, F, T, E> {
         client: &'a LockClient,
         phase: Phase<'a, T, E>,
-        // The call's `distributed_lock` span (disabled without a subscriber).
+        // The call's `distributed_lock` span: made when the call is first
+        // polled, in the caller's task, so that it is a child of the span
+        // the caller is in then; entered whenever the call is polled or
+        // dropped. Disabled without a subscriber.
         span: Span,
         // `None` once the call has ended, or the lock was lost.
         #[pin]
@@ -146,6 +142,9 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let client = *this.client;
+        if let Phase::Start { key, options } = &*this.phase {
+            *this.span = call_span(client, key, options);
+        }
         let _entered = this.span.enter();
         loop {
             match this.phase {
@@ -230,6 +229,13 @@ where
             }
         }
     }
+}
+
+/// The span of a call on `key` with `options`.
+fn call_span(client: &LockClient, key: &str, options: &LockOptions) -> Span {
+    let label = options.label_name().unwrap_or(UNLABELLED);
+    let (lease, wait) = (client.inner.lease, client.inner.wait);
+    telemetry::span(key, label, options.lease_or(lease), options.wait_or(wait))
 }
 
 /// The first step of a call, when it is first polled: re-enter a lock held

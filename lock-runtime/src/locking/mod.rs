@@ -38,7 +38,7 @@ where
     Locked {
         client,
         phase: Phase::Start { key, options },
-        span: Span::none(),
+        span: None,
         body: Some(body),
     }
 }
@@ -62,8 +62,9 @@ pin_project! {
         // The call's `distributed_lock` span: made when the call is first
         // polled, in the caller's task, so that it is a child of the span
         // the caller is in then; entered whenever the call is polled or
-        // dropped. Disabled without a subscriber.
-        span: Span,
+        // dropped. `None` while no subscriber records it, so that the call
+        // keeps one word for it.
+        span: Option<Box<Span>>,
         // `None` once the call has ended, or the lock was lost.
         #[pin]
         body: Option<F>,
@@ -72,7 +73,7 @@ pin_project! {
     impl<'a, F, T, E> PinnedDrop for Locked<'a, F, T, E> {
         fn drop(this: Pin<&mut Self>) {
             let mut this = this.project();
-            let _entered = this.span.enter();
+            let _entered = this.span.as_deref().map(Span::enter);
             let held = match mem::replace(this.phase, Phase::Done) {
                 Phase::Holding(frame) => {
                     // In the lock's scope, where the body ran.
@@ -90,7 +91,8 @@ pin_project! {
             };
             this.client.inner.registry.unregister(held.id);
             telemetry::dropped_while_held(&held);
-            release_dropped(this.client, held, this.span.clone());
+            let span = this.span.as_deref().cloned().unwrap_or_else(Span::none);
+            release_dropped(this.client, held, span);
         }
     }
 }
@@ -145,7 +147,7 @@ where
         if let Phase::Start { key, options } = &*this.phase {
             *this.span = call_span(client, key, options);
         }
-        let _entered = this.span.enter();
+        let _entered = this.span.as_deref().map(Span::enter);
         loop {
             match this.phase {
                 Phase::Start { .. } => {
@@ -231,11 +233,12 @@ where
     }
 }
 
-/// The span of a call on `key` with `options`.
-fn call_span(client: &LockClient, key: &str, options: &LockOptions) -> Span {
+/// The span of a call on `key` with `options`, if a subscriber records it.
+fn call_span(client: &LockClient, key: &str, options: &LockOptions) -> Option<Box<Span>> {
     let label = options.label_name().unwrap_or(UNLABELLED);
     let (lease, wait) = (client.inner.lease, client.inner.wait);
-    telemetry::span(key, label, options.lease_or(lease), options.wait_or(wait))
+    let span = telemetry::span(key, label, options.lease_or(lease), options.wait_or(wait));
+    (!span.is_disabled()).then(|| Box::new(span))
 }
 
 /// The first step of a call, when it is first polled: re-enter a lock held

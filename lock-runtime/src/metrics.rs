@@ -28,8 +28,18 @@
 //! Useful sums: attempts per acquisition (contention), `timeouts / (acquisitions + timeouts)`,
 //! and any non-zero `losses` or `renewal_failures` (look at those).
 //!
-//! Call [`describe`] once after installing the recorder to give each metric
-//! its unit and description (Prometheus `# HELP` lines).
+//! With the feature, call `lock_runtime::metrics::describe()` once after
+//! installing the recorder to give each metric its unit and description
+//! (Prometheus `# HELP` lines).
+//!
+//! ```ignore
+//! let handle = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
+//! lock_runtime::metrics::describe();
+//! // ... serve `handle.render()` on /metrics
+//! ```
+//!
+//! Each locked call also has a tracing span and events: see the crate's
+//! README, "Tracing and metrics".
 
 /// `distributed_lock_attempts_total`: acquire requests sent.
 pub const ATTEMPTS: &str = "distributed_lock_attempts_total";

@@ -274,6 +274,33 @@ async fn lock_events_nest_in_the_callers_span_at_their_levels() {
     );
     assert_eq!(dropped.fields["cause"], "the call was cancelled");
 
+    // A body that panics: released in the background, and said so.
+    let panicked = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let call = client.run_locked("stock:6", labelled, async {
+                tokio::task::yield_now().await;
+                if std::hint::black_box(true) {
+                    panic!("the body fails");
+                }
+                Ok::<_, LockError>(())
+            });
+            in_caller("job", call).await
+        }
+    });
+    assert!(panicked.await.expect_err("the task panicked").is_panic());
+    capture
+        .wait_for("lock:stock:6", "lock released in the background")
+        .await;
+    let events = capture.of("lock:stock:6");
+    let dropped = expect(
+        &events,
+        "lock releasing in the background",
+        Level::DEBUG,
+        "job",
+    );
+    assert_eq!(dropped.fields["cause"], "the body panicked");
+
     // Renewals, at trace, from the client's watchdog.
     let renewing = labelled.lease(Duration::from_millis(60));
     let body = async {

@@ -39,6 +39,7 @@ where
         client,
         phase: Phase::Start { key, options },
         span: None,
+        in_body: false,
         body: Some(body),
     }
 }
@@ -65,6 +66,9 @@ pin_project! {
         // dropped. `None` while no subscriber records it, so that the call
         // keeps one word for it.
         span: Option<Box<Span>>,
+        // Set while the body is polled: a call dropped with it set was
+        // dropped because the body panicked.
+        in_body: bool,
         // `None` once the call has ended, or the lock was lost.
         #[pin]
         body: Option<F>,
@@ -90,7 +94,7 @@ pin_project! {
                 _ => return,
             };
             this.client.inner.registry.unregister(held.id);
-            telemetry::dropped_while_held(&held);
+            telemetry::dropped_while_held(&held, *this.in_body);
             let span = this.span.as_deref().cloned().unwrap_or_else(Span::none);
             release_dropped(this.client, held, span);
         }
@@ -179,7 +183,10 @@ where
                     // No waker to leave: the call that took the lock runs
                     // this one inside its body, and stops it on loss.
                     let body = this.body.as_mut();
-                    let step = ready!(ownership::within(frame, || watch(frame.held(), body, cx)));
+                    *this.in_body = true;
+                    let polled = ownership::within(frame, || watch(frame.held(), body, cx));
+                    *this.in_body = false;
+                    let step = ready!(polled);
                     let result = match step {
                         Step::Returned(result) => result,
                         Step::Lost(reason) => Err(E::from(lost(frame.held(), reason))),
@@ -191,7 +198,10 @@ where
                 Phase::Holding(frame) => {
                     frame.held().wake_on_loss(cx.waker());
                     let body = this.body.as_mut();
-                    let step = ready!(ownership::within(frame, || watch(frame.held(), body, cx)));
+                    *this.in_body = true;
+                    let polled = ownership::within(frame, || watch(frame.held(), body, cx));
+                    *this.in_body = false;
+                    let step = ready!(polled);
                     let Phase::Holding(frame) = mem::replace(this.phase, Phase::Done) else {
                         unreachable!()
                     };

@@ -93,11 +93,11 @@ pub(crate) fn released(held: &HeldLock) {
 }
 
 /// The call was dropped while it held the lock (cancelled, or its body
-/// panicked): the lock is released in the background.
-pub(crate) fn dropped_while_held(held: &HeldLock) {
+/// `panicked`): the lock is released in the background.
+pub(crate) fn dropped_while_held(held: &HeldLock, panicked: bool) {
     tracing::debug!(
         held_for = ?held.held_since().elapsed(),
-        cause = if std::thread::panicking() { "the body panicked" } else { "the call was cancelled" },
+        cause = if panicked { "the body panicked" } else { "the call was cancelled" },
         "lock releasing in the background"
     );
     record::released(held.label, held.held_since());

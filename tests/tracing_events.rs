@@ -224,6 +224,13 @@ async fn lock_events_nest_in_the_callers_span_at_their_levels() {
     );
     let timeout = expect(&events, "lock wait timed out", Level::DEBUG, "job");
     assert!(timeout.fields.contains_key("waited"));
+    // A wait cut short by the caller.
+    let waiter = client.run_locked("stock:2", labelled, async { Ok::<_, LockError>(()) });
+    let cut = tokio::time::timeout(Duration::from_millis(50), in_caller("job", waiter)).await;
+    assert!(cut.is_err(), "the wait was cut short");
+    let events = capture.of("lock:stock:2");
+    let cancelled = expect(&events, "lock wait cancelled", Level::DEBUG, "job");
+    assert!(cancelled.fields.contains_key("attempts"));
     free_tx.send(()).expect("the holder waits");
     holder.await.expect("no panic").expect("the holder's call");
 

@@ -28,16 +28,38 @@ pub(crate) struct Request {
 
 /// Takes the lock for a new acquisition, waiting up to `wait`.
 pub(crate) async fn acquire(client: &LockClient, request: Request) -> Result<HeldLock, LockError> {
-    let start = Instant::now();
-    let label = request.term.label;
-    let mut attempts = 0;
-    let taken = take(client, request, start, &mut attempts).await;
+    let mut outcome = Outcome {
+        label: request.term.label,
+        start: Instant::now(),
+        attempts: 0,
+        known: false,
+    };
+    let taken = take(client, request, outcome.start, &mut outcome.attempts).await;
+    outcome.known = true;
+    let (label, start, attempts) = (outcome.label, outcome.start, outcome.attempts);
     match &taken {
         Ok(held) => telemetry::acquired(label, held.token, start, attempts),
         Err(LockError::Timeout { .. }) => telemetry::timed_out(label, start, attempts),
         Err(error) => telemetry::acquire_failed(label, error, attempts),
     }
     taken
+}
+
+/// How an acquire went, for its events; one dropped before it ended was
+/// cancelled while it waited.
+struct Outcome {
+    label: &'static str,
+    start: Instant,
+    attempts: u32,
+    known: bool,
+}
+
+impl Drop for Outcome {
+    fn drop(&mut self) {
+        if !self.known {
+            telemetry::acquire_cancelled(self.label, self.start, self.attempts);
+        }
+    }
 }
 
 /// [`acquire`]'s steps; counts the requests sent in `attempts`.

@@ -57,6 +57,12 @@ pub(crate) fn timed_out(label: &'static str, start: Instant, attempts: u32) {
     record::timed_out(label, attempts);
 }
 
+/// The call was dropped (cancelled) before it took the lock.
+pub(crate) fn acquire_cancelled(label: &'static str, start: Instant, attempts: u32) {
+    tracing::debug!(waited = ?start.elapsed(), attempts, "lock wait cancelled");
+    record::acquire_cancelled(label, attempts);
+}
+
 /// Taking the lock failed with `error` (the backend, a quorum, replicas).
 pub(crate) fn acquire_failed(label: &'static str, error: &LockError, attempts: u32) {
     tracing::debug!(%error, attempts, "lock acquire failed");

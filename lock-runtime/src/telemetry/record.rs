@@ -46,6 +46,11 @@ pub(super) fn acquire_failed(label: &'static str, attempts: u32) {
     }
 }
 
+pub(super) fn acquire_cancelled(label: &'static str, attempts: u32) {
+    #[cfg(feature = "metrics")]
+    ::metrics::counter!(ATTEMPTS, LOCK => label).increment(u64::from(attempts));
+}
+
 pub(super) fn held(label: &'static str) {
     #[cfg(feature = "metrics")]
     ::metrics::gauge!(HELD, LOCK => label).increment(1.0);

@@ -218,8 +218,9 @@ async fn two_service_processes_never_oversell_and_count_what_happened() {
     assert_eq!(seen.len(), main.ok.len(), "two sales saw the same stock");
     if main.unavailable == 0 {
         assert_eq!(sold, STOCK, "all stock sold when no call timed out");
+        assert_eq!(main.conflict, REQUESTS - STOCK as usize);
     }
-    assert!(sold > 0 && main.conflict > 0, "{main:?}");
+    assert!(sold > 0, "{main:?}");
 
     // One slow deduction holds the lock for 5 s; the others wait 1 s each.
     set_stock(&redis, "slow", 100);

@@ -2,8 +2,10 @@
 //!
 //! With the `metrics` cargo feature, every locked call records these through
 //! the [`metrics`](https://docs.rs/metrics) facade; the application installs
-//! a recorder (Prometheus, OpenTelemetry, statsd, ...). Without a recorder
-//! they cost an atomic load each; without the feature they are not compiled.
+//! a recorder (Prometheus, OpenTelemetry, statsd, ...). Each update builds
+//! its labelled key, as the facade's macros do (a small allocation), whether
+//! or not a recorder is installed: an uncontended call makes about six.
+//! Without the feature none of this is compiled.
 //!
 //! Every series is labelled `lock`: the call's
 //! [`LockOptions::label`](crate::LockOptions::label), which

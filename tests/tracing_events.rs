@@ -308,6 +308,41 @@ async fn lock_events_nest_in_the_callers_span_at_their_levels() {
     );
     assert_eq!(dropped.fields["cause"], "the body panicked");
 
+    // Lost while nobody polled the call, then dropped: reported lost there.
+    let short_lease = labelled.lease(Duration::from_millis(50)).renew(false);
+    let (taken_tx, mut taken_rx) = tokio::sync::oneshot::channel();
+    let stalled = async {
+        let call = client.run_locked("stock:7", short_lease, async {
+            let _ = taken_tx.send(());
+            std::future::pending::<Result<(), LockError>>().await
+        });
+        let mut call = Box::pin(call);
+        for _ in 0..1000 {
+            if taken_rx.try_recv().is_ok() {
+                break;
+            }
+            std::future::poll_fn(|cx| {
+                let _ = call.as_mut().poll(cx);
+                std::task::Poll::Ready(())
+            })
+            .await;
+            tokio::task::yield_now().await;
+        }
+        // Not polled past its lease, then dropped.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        drop(call);
+    };
+    in_caller("job", stalled).await;
+    let events = capture.of("lock:stock:7");
+    let lost = expect(&events, "lock lost while held", Level::WARN, "job");
+    assert!(lost.fields["reason"].contains("lease ran out"), "{lost:?}");
+    expect(
+        &events,
+        "lock releasing in the background",
+        Level::DEBUG,
+        "job",
+    );
+
     // Renewals, at trace, from the client's watchdog.
     let renewing = labelled.lease(Duration::from_millis(60));
     let body = async {

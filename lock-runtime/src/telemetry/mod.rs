@@ -100,13 +100,18 @@ pub(crate) fn released(held: &HeldLock) {
 
 /// The call was dropped while it held the lock (cancelled, or its body
 /// `panicked`): the lock is released in the background.
+///
+/// A lock already lost by then is reported lost: no caller will see it.
 pub(crate) fn dropped_while_held(held: &HeldLock, panicked: bool) {
+    match held.check_now() {
+        Some(reason) => lost(held, reason),
+        None => record::released(held.label, held.held_since()),
+    }
     tracing::debug!(
         held_for = ?held.held_since().elapsed(),
         cause = if panicked { "the body panicked" } else { "the call was cancelled" },
         "lock releasing in the background"
     );
-    record::released(held.label, held.held_since());
     record::background_release(held.label);
 }
 

@@ -74,6 +74,8 @@ pub(crate) struct HeldLock {
     prefix_len: u32,
     /// Whether the watchdog renews it (otherwise it only watches its expiry).
     pub renew: bool,
+    /// The call's label, for its events and metrics.
+    pub label: &'static str,
     /// The lease, in nanoseconds.
     lease_ns: u64,
     /// How long a lease is trusted, in nanoseconds: the lease less the
@@ -100,6 +102,8 @@ pub(crate) struct Term {
     pub lease: Duration,
     pub drift: Duration,
     pub renew: bool,
+    /// The call's label (see [`crate::LockOptions::label`]).
+    pub label: &'static str,
 }
 
 impl HeldLock {
@@ -113,6 +117,7 @@ impl HeldLock {
             lease,
             drift,
             renew,
+            label,
         }: Term,
         token: u64,
         sent: Instant,
@@ -127,6 +132,7 @@ impl HeldLock {
             // bounds.
             prefix_len: u32::try_from(prefix_len).unwrap_or(u32::MAX),
             renew,
+            label,
             lease_ns: nanos(lease),
             valid_ns: nanos(valid),
             token,
@@ -151,6 +157,11 @@ impl HeldLock {
             Some(parent) if cfg!(feature = "defect-shared-owner") => parent.held().owner_number(),
             _ => self.id,
         }
+    }
+
+    /// When the request that took the lock was sent.
+    pub(crate) fn held_since(&self) -> Instant {
+        self.epoch
     }
 
     /// How long the lock lives in the backend without a renewal.

@@ -82,6 +82,16 @@
 //! `E: From<LockError>`; lock failures come back as `Err(E::from(error))`
 //! and the body never runs without the lock.
 //!
+//! # Tracing and metrics
+//! Each call has a `distributed_lock` span (fields `key`, `label`, `lease`,
+//! `wait`), a child of the span its caller polls it in, with an event per
+//! step: `debug` for the lifecycle (acquired, waiting, re-entered, timed
+//! out, released, released in the background), `trace` for renewals, `warn`
+//! only when a human should look (a lock lost, a renewal or release that
+//! failed). Nothing is printed without a subscriber. With the `metrics`
+//! feature, each call also records the metrics listed in [`metrics`],
+//! labelled by the call's [`LockOptions::label`].
+//!
 //! # How it works
 //! - A lock is a Redis string at `prefix + key`,
 //!   `L1:<fence>:<state>:<owner>`, with the lease as its expiry (see
@@ -115,12 +125,14 @@ pub mod guide;
 mod held;
 mod io;
 mod locking;
+pub mod metrics;
 mod options;
 mod owner_id;
 mod ownership;
 mod private;
 mod replica_sync;
 mod subscriptions;
+mod telemetry;
 mod wakeup;
 mod watchdog;
 

@@ -25,6 +25,7 @@ use crate::backend::{Backend, RenewItem, Renewal};
 use crate::error::LossReason;
 use crate::held::HeldLock;
 use crate::owner_id::OwnerId;
+use crate::telemetry;
 use crate::wakeup::Waiters;
 
 /// The locks that the watchdog renews.
@@ -68,6 +69,7 @@ impl Registry {
     /// task only if it sleeps past the lock's first renewal or expiry.
     pub(crate) fn register(&self, held: Arc<HeldLock>) {
         let due = self.ms(next_event(&held).unwrap_or(self.epoch));
+        telemetry::held(&held);
         self.with(|locks| locks.insert(held.id, held));
         if due < self.wake_at_ms.load(Ordering::Acquire) {
             self.changed.notify_one();
@@ -76,7 +78,9 @@ impl Registry {
 
     /// Stops renewing the lock `id`.
     pub(crate) fn unregister(&self, id: u64) {
-        self.with(|locks| locks.remove(&id));
+        if let Some(held) = self.with(|locks| locks.remove(&id)) {
+            telemetry::unheld(&held);
+        }
     }
 
     /// How many locks are being renewed.
@@ -96,6 +100,7 @@ impl Registry {
                 Some(until) if until > now => true,
                 _ => {
                     self.lose(held, LossReason::Expired);
+                    telemetry::unheld(held);
                     false
                 }
             });
@@ -168,18 +173,25 @@ async fn renew(registry: &Registry, backend: &Backend, due: &[Arc<HeldLock>], ba
             Ok(found) => {
                 for (held, renewal) in batch.iter().zip(found) {
                     match renewal {
-                        Renewal::Renewed => held.renewed(sent),
+                        Renewal::Renewed => {
+                            held.renewed(sent);
+                            telemetry::renewed(held);
+                        }
                         Renewal::Gone => {
-                            tracing::warn!(key = &*held.key, "lock lost: renewal found it gone");
+                            telemetry::renewal_found_gone(held);
                             registry.unregister(held.id);
                             registry.lose(held, LossReason::Taken);
                         }
-                        Renewal::Unknown => retry_soon(held),
+                        Renewal::Unknown => {
+                            let error = "too few nodes answered in time";
+                            telemetry::renewal_failed(std::slice::from_ref(held), &error);
+                            retry_soon(held);
+                        }
                     }
                 }
             }
             Err(error) => {
-                tracing::warn!(%error, locks = batch.len(), "lock renewal failed; retrying");
+                telemetry::renewal_failed(batch, &error);
                 batch.iter().for_each(|held| retry_soon(held));
             }
         }

@@ -10,6 +10,7 @@ use crate::client::LockClient;
 use crate::error::LockError;
 use crate::held::{Frame, HeldLock, Term};
 use crate::owner_id::OwnerId;
+use crate::telemetry;
 
 /// How long a waiter sleeps when the holder's lock has no expiry (someone
 /// changed the key by hand), before it tries again.
@@ -27,8 +28,48 @@ pub(crate) struct Request {
 
 /// Takes the lock for a new acquisition, waiting up to `wait`.
 pub(crate) async fn acquire(client: &LockClient, request: Request) -> Result<HeldLock, LockError> {
+    let mut outcome = Outcome {
+        label: request.term.label,
+        start: Instant::now(),
+        attempts: 0,
+        known: false,
+    };
+    let taken = take(client, request, outcome.start, &mut outcome.attempts).await;
+    outcome.known = true;
+    let (label, start, attempts) = (outcome.label, outcome.start, outcome.attempts);
+    match &taken {
+        Ok(held) => telemetry::acquired(label, held.token, start, attempts),
+        Err(LockError::Timeout { .. }) => telemetry::timed_out(label, start, attempts),
+        Err(error) => telemetry::acquire_failed(label, error, attempts),
+    }
+    taken
+}
+
+/// How an acquire went, for its events; one dropped before it ended was
+/// cancelled while it waited.
+struct Outcome {
+    label: &'static str,
+    start: Instant,
+    attempts: u32,
+    known: bool,
+}
+
+impl Drop for Outcome {
+    fn drop(&mut self) {
+        if !self.known {
+            telemetry::acquire_cancelled(self.label, self.start, self.attempts);
+        }
+    }
+}
+
+/// [`acquire`]'s steps; counts the requests sent in `attempts`.
+async fn take(
+    client: &LockClient,
+    request: Request,
+    start: Instant,
+    attempts: &mut u32,
+) -> Result<HeldLock, LockError> {
     let inner = &client.inner;
-    let start = Instant::now();
     let Request {
         key,
         parent,
@@ -54,18 +95,20 @@ pub(crate) async fn acquire(client: &LockClient, request: Request) -> Result<Hel
     // Try at once, unless others here already wait for this key: then queue
     // behind them. A zero wait always tries once.
     if wait.is_zero() || !inner.waiters.is_waited(&key) {
+        *attempts += 1;
         match attempt(client, &route, &key, &owner_id, lease).await {
             Ok(Acquire::Acquired(token)) => return Ok(held(key, token, start)),
             Ok(Acquire::NotReplicated { acked }) => {
                 return Err(not_replicated(client, &route, &key, &owner_id, acked).await)
             }
-            Ok(Acquire::Held(_)) if wait.is_zero() => {
+            Ok(Acquire::Held(ttl)) if wait.is_zero() => {
+                telemetry::waiting(ttl, *attempts);
                 return Err(LockError::Timeout {
                     key,
                     waited: start.elapsed(),
-                })
+                });
             }
-            Ok(Acquire::Held(_)) => {}
+            Ok(Acquire::Held(ttl)) => telemetry::waiting(ttl, *attempts),
             Err(source) => return Err(source.on_key(&key)),
         }
     }
@@ -78,6 +121,7 @@ pub(crate) async fn acquire(client: &LockClient, request: Request) -> Result<Hel
         key: &key,
         owner: &owner_id,
         lease,
+        attempts,
     };
     let (token, sent) = Box::pin(line.wait(start, start + wait)).await?;
     Ok(held(key, token, sent))
@@ -90,6 +134,8 @@ struct Line<'a> {
     key: &'a str,
     owner: &'a OwnerId,
     lease: Duration,
+    /// Acquire requests sent so far by the call.
+    attempts: &'a mut u32,
 }
 
 impl Line<'_> {
@@ -112,6 +158,7 @@ impl Line<'_> {
             let head = ticket.is_head();
             if head {
                 let sent = Instant::now();
+                *self.attempts += 1;
                 let answer = attempt(self.client, self.route, self.key, self.owner, self.lease);
                 match answer.await {
                     Ok(Acquire::Acquired(token)) => {
@@ -125,6 +172,7 @@ impl Line<'_> {
                         );
                     }
                     Ok(Acquire::Held(ttl)) => {
+                        telemetry::waiting(ttl, *self.attempts);
                         let ttl = ttl.unwrap_or(NO_TTL_RETRY).max(Duration::from_millis(1));
                         // A TTL set by hand may be beyond any deadline.
                         retry_at = Instant::now()

@@ -12,6 +12,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
+use tracing::Span;
 
 use crate::backend::Route;
 use crate::client::LockClient;
@@ -19,8 +20,9 @@ use crate::error::{LockError, LossReason};
 use crate::held::{Frame, HeldLock, Term};
 use crate::options::LockOptions;
 use crate::ownership;
+use crate::telemetry::{self, UNLABELLED};
 use acquire::Request;
-use release::{release, release_later, Released};
+use release::{release, release_dropped, release_later, Released};
 
 /// Runs `body` under the lock `key` (a full backend key) of `client`.
 pub(crate) fn run<T, E, F>(
@@ -36,6 +38,8 @@ where
     Locked {
         client,
         phase: Phase::Start { key, options },
+        span: None,
+        in_body: false,
         body: Some(body),
     }
 }
@@ -56,6 +60,15 @@ pin_project! {
     pub(crate) struct Locked<'a, F, T, E> {
         client: &'a LockClient,
         phase: Phase<'a, T, E>,
+        // The call's `distributed_lock` span: made when the call is first
+        // polled, in the caller's task, so that it is a child of the span
+        // the caller is in then; entered whenever the call is polled or
+        // dropped. `None` while no subscriber records it, so that the call
+        // keeps one word for it.
+        span: Option<Box<Span>>,
+        // Set while the body is polled: a call dropped with it set was
+        // dropped because the body panicked.
+        in_body: bool,
         // `None` once the call has ended, or the lock was lost.
         #[pin]
         body: Option<F>,
@@ -64,6 +77,7 @@ pin_project! {
     impl<'a, F, T, E> PinnedDrop for Locked<'a, F, T, E> {
         fn drop(this: Pin<&mut Self>) {
             let mut this = this.project();
+            let _entered = this.span.as_deref().map(Span::enter);
             let held = match mem::replace(this.phase, Phase::Done) {
                 Phase::Holding(frame) => {
                     // In the lock's scope, where the body ran.
@@ -80,7 +94,9 @@ pin_project! {
                 _ => return,
             };
             this.client.inner.registry.unregister(held.id);
-            release_later(this.client, held, Route::Home);
+            telemetry::dropped_while_held(&held, *this.in_body);
+            let span = this.span.as_deref().cloned().unwrap_or_else(Span::none);
+            release_dropped(this.client, held, span);
         }
     }
 }
@@ -132,6 +148,10 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let client = *this.client;
+        if let Phase::Start { key, options } = &*this.phase {
+            *this.span = call_span(client, key, options);
+        }
+        let _entered = this.span.as_deref().map(Span::enter);
         loop {
             match this.phase {
                 Phase::Start { .. } => {
@@ -163,7 +183,10 @@ where
                     // No waker to leave: the call that took the lock runs
                     // this one inside its body, and stops it on loss.
                     let body = this.body.as_mut();
-                    let step = ready!(ownership::within(frame, || watch(frame.held(), body, cx)));
+                    *this.in_body = true;
+                    let polled = ownership::within(frame, || watch(frame.held(), body, cx));
+                    *this.in_body = false;
+                    let step = ready!(polled);
                     let result = match step {
                         Step::Returned(result) => result,
                         Step::Lost(reason) => Err(E::from(lost(frame.held(), reason))),
@@ -175,7 +198,10 @@ where
                 Phase::Holding(frame) => {
                     frame.held().wake_on_loss(cx.waker());
                     let body = this.body.as_mut();
-                    let step = ready!(ownership::within(frame, || watch(frame.held(), body, cx)));
+                    *this.in_body = true;
+                    let polled = ownership::within(frame, || watch(frame.held(), body, cx));
+                    *this.in_body = false;
+                    let step = ready!(polled);
                     let Phase::Holding(frame) = mem::replace(this.phase, Phase::Done) else {
                         unreachable!()
                     };
@@ -217,6 +243,14 @@ where
     }
 }
 
+/// The span of a call on `key` with `options`, if a subscriber records it.
+fn call_span(client: &LockClient, key: &str, options: &LockOptions) -> Option<Box<Span>> {
+    let label = options.label_name().unwrap_or(UNLABELLED);
+    let (lease, wait) = (client.inner.lease, client.inner.wait);
+    let span = telemetry::span(key, label, options.lease_or(lease), options.wait_or(wait));
+    (!span.is_disabled()).then(|| Box::new(span))
+}
+
 /// The first step of a call, when it is first polled: re-enter a lock held
 /// around it, or start taking the lock.
 fn start<'a, T, E>(
@@ -228,6 +262,7 @@ fn start<'a, T, E>(
     let parent = ownership::innermost();
     if let Some(held) = ownership::held(&inner.tag, &key) {
         let outer = parent.expect("a held lock is in a chain");
+        telemetry::reentered(options.label_name().unwrap_or(UNLABELLED));
         return Ok(Phase::Reentered(Frame::Reentered(Arc::new((held, outer)))));
     }
     if ownership::held_elsewhere(&inner.tag, &key).is_some() {
@@ -257,6 +292,7 @@ fn start<'a, T, E>(
         lease,
         drift: lease.mul_f64(inner.drift_factor) + Duration::from_millis(2),
         renew: options.renews(),
+        label: options.label_name().unwrap_or(UNLABELLED),
     };
     // Chosen here, in the caller's task: a connection of the caller's
     // runtime if it has one.
@@ -308,6 +344,7 @@ fn lost(held: &HeldLock, reason: LossReason) -> LockError {
 /// the backend, in the background (Redis may be unreachable: the caller does
 /// not wait), and wakes this client's line for the key at once.
 fn on_loss(client: &LockClient, held: Arc<HeldLock>, reason: LossReason) -> LockError {
+    telemetry::lost(&held, reason);
     let error = lost(&held, reason);
     client.inner.waiters.wake_release(held.key.as_bytes(), 0);
     release_later(client, held, Route::Home);
@@ -323,12 +360,16 @@ fn finish<T, E: From<LockError>>(
     released: Released,
 ) -> Result<T, E> {
     let reason = match released {
-        Released::Freed => return result,
+        Released::Freed => {
+            telemetry::released(held);
+            return result;
+        }
         // The body outlived its lease, or the lock was erased or taken
         // while the body ran (a Redis restart, say, before any renewal could
         // notice).
         Released::NotHeld => held.check_now().unwrap_or(LossReason::Taken),
         Released::Unknown => LossReason::Unconfirmed,
     };
+    telemetry::lost(held, reason);
     Err(E::from(lost(held, reason)))
 }

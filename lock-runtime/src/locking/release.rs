@@ -2,9 +2,12 @@
 
 use std::sync::Arc;
 
+use tracing::{Instrument, Span};
+
 use crate::backend::{Release, Route};
 use crate::client::LockClient;
 use crate::held::HeldLock;
+use crate::telemetry;
 
 /// How a release ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +48,7 @@ pub(crate) async fn release(client: &LockClient, held: &HeldLock, route: &Route)
         Ok(Release::NotHeld) => Released::NotHeld,
         Err(error) => {
             let error = error.on_key(&held.key);
-            tracing::warn!(%error, "release failed twice; the lock expires with its lease");
+            telemetry::release_failed(&held.key, &error);
             if cfg!(feature = "defect-ok-after-unknown-release") {
                 Released::Freed
             } else {
@@ -70,4 +73,16 @@ pub(crate) fn release_later(client: &LockClient, held: Arc<HeldLock>, route: Rou
     client.inner.io.spawn(async move {
         release(&owned, &held, &route).await;
     });
+}
+
+/// Releases `held` in the background, on the client's runtime, after its
+/// call was dropped while holding it (cancelled, or its body panicked); the
+/// release's events go to the call's `span`.
+pub(crate) fn release_dropped(client: &LockClient, held: Arc<HeldLock>, span: Span) {
+    let owned = client.clone();
+    let releasing = async move {
+        let released = release(&owned, &held, &Route::Home).await;
+        telemetry::released_in_background(released == Released::Freed);
+    };
+    client.inner.io.spawn(releasing.instrument(span));
 }

@@ -113,6 +113,9 @@ pub use global::{client, init};
 /// [crate documentation](crate) for the options.
 pub use lock_macros::distributed_lock;
 pub use options::LockOptions;
+/// The `redis` crate this one is built on: its [`RedisError`](redis::RedisError)
+/// is the cause inside [`LockError::Backend`] and [`LockError::Connect`].
+pub use redis;
 
 use std::future::Future;
 

@@ -66,7 +66,7 @@ pub(crate) async fn acquire(client: &LockClient, request: Request) -> Result<Hel
                 })
             }
             Ok(Acquire::Held(_)) => {}
-            Err(source) => return Err(source.on_key(&key)),
+            Err(source) => return Err(source.on_key(&key, &inner.tag.place)),
         }
     }
 
@@ -131,7 +131,9 @@ impl Line<'_> {
                             .checked_add(ttl)
                             .map_or(deadline, |at| at.min(deadline));
                     }
-                    Err(source) => return Err(source.on_key(self.key)),
+                    Err(source) => {
+                        return Err(source.on_key(self.key, &self.client.inner.tag.place))
+                    }
                 }
             }
             let now = Instant::now();

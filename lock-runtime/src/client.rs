@@ -13,6 +13,7 @@ use crate::error::LockError;
 use crate::io::Io;
 use crate::options::LockOptions;
 use crate::owner_id::ClientTag;
+use crate::presence::{self, ClientRecord};
 use crate::replica_sync::ReplicaSync;
 use crate::subscriptions::Subscriptions;
 use crate::wakeup::Waiters;
@@ -49,6 +50,8 @@ pub(crate) struct Inner {
     pub backend: Backend,
     pub waiters: Arc<Waiters>,
     pub registry: Arc<Registry>,
+    /// The client's name, host and pid, as its registry entry has them.
+    pub record: Arc<ClientRecord>,
     pub io: Io,
 }
 
@@ -80,6 +83,8 @@ pub struct LockClientBuilder {
     renewal_batch: usize,
     on_current_runtime: bool,
     sync_replicas: Option<ReplicaSync>,
+    client_name: Option<String>,
+    lazy_connect: bool,
 }
 
 impl Default for LockClientBuilder {
@@ -95,6 +100,8 @@ impl Default for LockClientBuilder {
             renewal_batch: 512,
             on_current_runtime: false,
             sync_replicas: None,
+            client_name: None,
+            lazy_connect: false,
         }
     }
 }
@@ -196,6 +203,33 @@ impl LockClientBuilder {
         self
     }
 
+    /// The name of every connection the client makes (`CLIENT SETNAME`, so
+    /// `CLIENT LIST` tells who is who), also kept in the client's registry
+    /// entry that [`LockClient::inspect`] shows for a holder. Default
+    /// `lock-runtime:<program>@<host>:<pid>`. Redis takes printable ASCII
+    /// without spaces: other characters become `_`. A server that refuses
+    /// `CLIENT SETNAME` (ACL without `client|setname`) leaves the
+    /// connections unnamed and fails nothing.
+    pub fn client_name(mut self, name: impl Into<String>) -> Self {
+        self.client_name = Some(name.into());
+        self
+    }
+
+    /// Connects on first use instead of at [`connect`](Self::connect) /
+    /// [`redlock`](Self::redlock), for services that may start before
+    /// Redis (default `false`).
+    ///
+    /// `connect` then returns at once (only a malformed URL fails it).
+    /// Every call connects if needed; until Redis answers, a call fails at
+    /// once with a [`LockError::Backend`] (Redlock: [`LockError::NoQuorum`])
+    /// whose [`is_retryable`](LockError::is_retryable) is true: it does not
+    /// wait for Redis within its `wait`, which is for a lock held by
+    /// somebody else. Once Redis is up, calls work with no other step.
+    pub fn lazy_connect(mut self, lazy: bool) -> Self {
+        self.lazy_connect = lazy;
+        self
+    }
+
     fn io(&self) -> std::io::Result<Io> {
         match self.on_current_runtime.then(Io::current_runtime).flatten() {
             Some(io) => Ok(io),
@@ -256,6 +290,11 @@ impl LockClientBuilder {
         let place = target.place();
         let io = self.io().map_err(|e| LockError::Connect(e.into()))?;
         let id = new_client_id();
+        let record = Arc::new(ClientRecord::new(
+            &self.prefix,
+            &id,
+            self.client_name.as_deref(),
+        ));
         let waiters = Arc::new(Waiters::default());
         let on_push = {
             let waiters = waiters.clone();
@@ -282,6 +321,7 @@ impl LockClientBuilder {
             connect_timeout,
             command_timeout: self.command_timeout,
             retries: 2,
+            client_name: Some(record.name.clone()),
         };
         // A Redlock node that is down must cost at most its timeout, and
         // fail at once when it refuses connections.
@@ -289,11 +329,13 @@ impl LockClientBuilder {
             connect_timeout: self.node_timeout,
             command_timeout: self.node_timeout,
             retries: 0,
+            client_name: Some(record.name.clone()),
         };
         let (node_timeout, drift_factor) = (self.node_timeout, self.drift_factor);
         // Eager connections; connections of the callers' runtimes unless the
         // client already runs on the caller's runtime.
-        let modes = (false, !self.on_current_runtime);
+        let lazy = self.lazy_connect;
+        let modes = (lazy, !self.on_current_runtime);
         let client_id = id.clone();
         let connecting = io.spawn(async move {
             let connecting = async {
@@ -320,7 +362,9 @@ impl LockClientBuilder {
                             nodes.push(Node { name, backend });
                         }
                         let redlock = RedlockBackend::new(nodes, node_timeout, drift_factor);
-                        redlock.check().await?;
+                        if !lazy {
+                            redlock.check().await?;
+                        }
                         Ok(Backend::Redlock(redlock))
                     }
                 }
@@ -347,7 +391,19 @@ impl LockClientBuilder {
                 ))));
             }
         };
-        Ok(self.finish((id, place), backend, waiters, io))
+        if !lazy {
+            // Named and registered before the client is handed out, so that
+            // an operator sees it at once; a failure here fails nothing.
+            let (to, of) = (backend.clone(), record.clone());
+            let announce =
+                io.spawn(
+                    async move { tokio::time::timeout(connect_timeout, to.announce(&of)).await },
+                );
+            if let Ok(Ok(Err(error))) = announce.await {
+                tracing::debug!(%error, "could not write the client's registry entry");
+            }
+        }
+        Ok(self.finish((id, place), backend, waiters, io, record))
     }
 
     /// The embedded backend: the same semantics inside this process.
@@ -362,7 +418,12 @@ impl LockClientBuilder {
         let backend = Backend::Memory(MemoryBackend::default());
         let id = new_client_id();
         let ids = (id.clone(), id.as_ref().into());
-        self.finish(ids, backend, Arc::new(Waiters::default()), io)
+        let record = Arc::new(ClientRecord::new(
+            &self.prefix,
+            &id,
+            self.client_name.as_deref(),
+        ));
+        self.finish(ids, backend, Arc::new(Waiters::default()), io, record)
     }
 
     fn finish(
@@ -371,13 +432,16 @@ impl LockClientBuilder {
         backend: Backend,
         waiters: Arc<Waiters>,
         io: Io,
+        record: Arc<ClientRecord>,
     ) -> LockClient {
+        let announced = !self.lazy_connect;
         let registry = Registry::new(waiters.clone());
         let watchdog = watchdog::run(registry.clone(), backend.clone(), self.renewal_batch);
         io.spawn_until_closed(watchdog);
         if backend.subscribes() {
             let subscriptions = Subscriptions::start(&io, backend.clone(), &waiters);
             waiters.on_change(move |key| subscriptions.changed(key));
+            presence::start(&io, backend.clone(), record.clone(), announced);
         }
         let inner = Arc::new(Inner {
             tag: Arc::new(ClientTag { id, place }),
@@ -390,6 +454,7 @@ impl LockClientBuilder {
             backend,
             waiters,
             registry,
+            record,
             io,
         });
         LockClient { inner }

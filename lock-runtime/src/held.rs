@@ -153,6 +153,11 @@ impl HeldLock {
         }
     }
 
+    /// When the request that took the lock was sent.
+    pub(crate) fn taken_at(&self) -> Instant {
+        self.epoch
+    }
+
     /// How long the lock lives in the backend without a renewal.
     pub(crate) fn lease(&self) -> Duration {
         Duration::from_nanos(self.lease_ns)

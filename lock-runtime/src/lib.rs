@@ -87,13 +87,16 @@ mod backend;
 mod client;
 mod error;
 mod fencing;
+mod force_unlock;
 mod global;
 mod held;
+mod inspect;
 mod io;
 mod locking;
 mod options;
 mod owner_id;
 mod ownership;
+mod presence;
 mod private;
 mod replica_sync;
 mod subscriptions;
@@ -109,6 +112,7 @@ pub use client::{LockClient, LockClientBuilder};
 pub use error::{LockError, LossReason, NodeFailure};
 pub use fencing::{fencing_token, fencing_token_of};
 pub use global::{client, init};
+pub use inspect::{ClientInfo, HeldInfo, LockHolder, LockInfo};
 /// Runs an async function under a distributed lock; see the
 /// [crate documentation](crate) for the options.
 pub use lock_macros::distributed_lock;

@@ -7,6 +7,7 @@
 //! `docs/redis-layout.md`); re-entry is decided in the process and never
 //! reaches a backend.
 
+mod admin;
 pub(crate) mod local;
 pub(crate) mod memory;
 pub(crate) mod redis;

@@ -45,6 +45,8 @@ pub(crate) struct RedisConfig {
     /// Connection attempts after the first when (re)connecting, with
     /// backoff; 0 fails a command at once when its node refuses.
     pub retries: usize,
+    /// The name every connection is given (`CLIENT SETNAME`), if any.
+    pub client_name: Option<Arc<str>>,
 }
 
 /// Two self-reconnecting connections: one for the scripts, one (RESP3) that
@@ -89,6 +91,7 @@ impl RedisBackend {
                 client.clone(),
                 local_config,
                 home.id(),
+                config.client_name.clone(),
             ))
         });
         let info = client.get_connection_info().clone();
@@ -122,13 +125,46 @@ impl RedisBackend {
                 ConnectionManager::new_with_config(pubsub_client, pubsub_config),
             )?
         };
-        Ok(RedisBackend {
+        let backend = RedisBackend {
             commands,
             pubsub,
             client_id,
             home,
             local,
+        };
+        if let (false, Some(name)) = (lazy, &config.client_name) {
+            // Named now, so that `CLIENT LIST` tells who is who as soon as
+            // the client exists; a refusal (ACL) does not fail the connect.
+            if let Err(error) = backend.set_name(name).await {
+                tracing::debug!(%error, "CLIENT SETNAME failed; connections stay unnamed");
+            }
+        }
+        Ok(backend)
+    }
+
+    /// Names both connections (`CLIENT SETNAME`); the first error.
+    pub(crate) async fn set_name(&self, name: &str) -> Result<(), RedisError> {
+        let mut cmd = redis::cmd("CLIENT");
+        cmd.arg("SETNAME").arg(name);
+        let mut commands = self.commands.clone();
+        let mut pubsub = self.pubsub.clone();
+        let (a, b) = polled_on(&self.home, async {
+            tokio::join!(
+                cmd.query_async::<()>(&mut commands),
+                cmd.query_async::<()>(&mut pubsub)
+            )
         })
+        .await;
+        a.and(b)
+    }
+
+    /// Runs `pipeline` on the client's command connection.
+    pub(crate) async fn query_pipeline<T: FromRedisValue>(
+        &self,
+        pipeline: &redis::Pipeline,
+    ) -> Result<T, RedisError> {
+        let mut con = self.commands.clone();
+        polled_on(&self.home, pipeline.query_async(&mut con)).await
     }
 
     /// The client's runtime, which drives its connections.
@@ -206,7 +242,7 @@ impl RedisBackend {
     /// The command is built in one buffer of about `args_size` bytes more
     /// than the fixed part, rather than through `ScriptInvocation`, which
     /// allocates every argument on its own: this is the hot path.
-    async fn eval<T: FromRedisValue>(
+    pub(crate) async fn eval<T: FromRedisValue>(
         &self,
         route: &Route,
         script: &Script,

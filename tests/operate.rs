@@ -301,3 +301,27 @@ async fn redlock_inspect_reports_the_quorum_and_force_unlock_frees_it() {
         other => panic!("expected Lost Taken, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_remade_after_a_restart_get_their_name_again() {
+    let mut server = RedisServer::start();
+    let client = LockClient::builder()
+        .client_name("survivor")
+        .connect_timeout(Duration::from_millis(500))
+        .command_timeout(Duration::from_millis(500))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    server.restart();
+    let named = eventually(Duration::from_secs(15), || {
+        client_list(&server).matches("name=survivor ").count() == 2
+    })
+    .await;
+    assert!(named, "{}", client_list(&server));
+    client
+        .run_locked("after", LockOptions::new(), async {
+            Ok::<_, LockError>(())
+        })
+        .await
+        .expect("works after the restart");
+}

@@ -299,11 +299,14 @@ impl LockClientBuilder {
         let on_push = {
             let waiters = waiters.clone();
             let id = id.clone();
+            let record = record.clone();
             move |info: redis::PushInfo| {
                 if info.kind == redis::PushKind::Disconnection {
                     // Releases published while disconnected are lost: let
                     // every waiter try again.
                     waiters.wake_all();
+                    // The new connections need their name.
+                    record.again.notify_one();
                 } else if let Some(channel) = redis_backend::subscribed(&info) {
                     // Subscribed (again, after a reconnect): a release before
                     // now was not heard, so the head should try.
@@ -444,7 +447,11 @@ impl LockClientBuilder {
             presence::start(&io, backend.clone(), record.clone(), announced);
         }
         let inner = Arc::new(Inner {
-            tag: Arc::new(ClientTag { id, place }),
+            tag: Arc::new(ClientTag {
+                id,
+                place,
+                life: Default::default(),
+            }),
             lock_ids: AtomicU64::new(0),
             prefix: self.prefix.into(),
             lease: self.lease,

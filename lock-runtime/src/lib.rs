@@ -92,6 +92,7 @@ mod global;
 mod held;
 mod inspect;
 mod io;
+mod lifecycle;
 mod locking;
 mod options;
 mod owner_id;

@@ -14,6 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use tokio::sync::Notify;
+
 use crate::backend::Backend;
 use crate::io::Io;
 
@@ -38,6 +40,8 @@ pub(crate) struct ClientRecord {
     pub started_ms: u64,
     /// Set once the server refused `CLIENT SETNAME` (ACL): not sent again.
     pub setname_refused: AtomicBool,
+    /// Woken when a connection dropped: its replacement needs the name.
+    pub again: Notify,
 }
 
 impl ClientRecord {
@@ -58,6 +62,7 @@ impl ClientRecord {
             pid,
             started_ms,
             setname_refused: AtomicBool::new(false),
+            again: Notify::new(),
         }
     }
 
@@ -78,30 +83,45 @@ impl ClientRecord {
     }
 
     /// After `error` from `CLIENT SETNAME`: a refusal by ACL stops further
-    /// tries (each would be logged in the server's `ACL LOG`).
-    pub(crate) fn setname_failed(&self, error: &redis::RedisError) {
-        if error.code() == Some("NOPERM") {
+    /// tries (each would be logged in the server's `ACL LOG`); whether it
+    /// was that refusal.
+    pub(crate) fn setname_failed(&self, error: &redis::RedisError) -> bool {
+        let refused = error.code() == Some("NOPERM");
+        if refused {
             tracing::debug!("CLIENT SETNAME refused by ACL; connections stay unnamed");
             self.setname_refused.store(true, Ordering::Relaxed);
         }
+        refused
     }
 }
 
 /// Writes `record` every [`REFRESH`] (and first now, unless `announced`
-/// already), until the client closes.
+/// already), and soon after a connection dropped, until the client closes.
+/// A failed write is tried again after 1 s, then less and less often: a
+/// client that starts before Redis names its connections soon after Redis
+/// comes up.
 pub(crate) fn start(io: &Io, backend: Backend, record: Arc<ClientRecord>, announced: bool) {
     io.spawn_until_closed(async move {
-        if announced {
-            tokio::time::sleep(REFRESH).await;
-        }
+        let mut delay = if announced { REFRESH } else { Duration::ZERO };
+        let mut retry = RETRY;
         loop {
-            if let Err(error) = backend.announce(&record).await {
-                tracing::debug!(%error, "could not write the client's registry entry");
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = record.again.notified() => {}
             }
-            tokio::time::sleep(REFRESH).await;
+            match backend.announce(&record).await {
+                Ok(()) => (delay, retry) = (REFRESH, RETRY),
+                Err(error) => {
+                    tracing::debug!(%error, "could not name the connections or write the registry entry");
+                    (delay, retry) = (retry, (retry * 2).min(REFRESH));
+                }
+            }
         }
     });
 }
+
+/// The first retry after a failed write.
+const RETRY: Duration = Duration::from_secs(1);
 
 /// `name` as Redis accepts a connection name: printable ASCII without
 /// spaces; anything else becomes `_`.

@@ -202,7 +202,10 @@ async fn force_quorum(
 async fn announce_node(b: &RedisBackend, record: &ClientRecord) -> Result<(), RedisError> {
     if record.names_connections() {
         if let Err(error) = b.set_name(&record.name).await {
-            record.setname_failed(&error);
+            if !record.setname_failed(&error) {
+                // A connection being remade: try again soon.
+                return Err(error);
+            }
         }
     }
     let mut pipeline = ::redis::pipe();

@@ -109,6 +109,11 @@ impl Line<'_> {
             let notified = ticket.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            if inner.tag.life.is_closed() {
+                return Err(LockError::ShutDown {
+                    key: self.key.to_owned(),
+                });
+            }
             let head = ticket.is_head();
             if head {
                 let sent = Instant::now();

@@ -30,7 +30,15 @@ async fn after_shutdown_new_calls_fail_at_once() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.expect("connect");
     take(&client, "k", Duration::ZERO).await.expect("works");
+    let entries = || -> Vec<String> {
+        redis::cmd("KEYS")
+            .arg("lock:client:*")
+            .query(&mut server.connection())
+            .expect("KEYS")
+    };
+    assert_eq!(entries().len(), 1, "the client's registry entry");
     client.shutdown(Duration::from_secs(5)).await;
+    assert!(entries().is_empty(), "deleted at shutdown");
     let start = Instant::now();
     let error = take(&client.clone(), "k", Duration::from_secs(10))
         .await

@@ -29,6 +29,27 @@ use crate::watchdog::{self, Registry};
 /// Each client owns a small background thread that runs its watchdog, the
 /// drivers of its two Redis connections and the releases of locks whose
 /// futures were dropped. It stops when the last clone is dropped.
+///
+/// # Lifecycle
+/// A locked call borrows its client, and a release in the background keeps
+/// a clone until it is done, so when the last handle is dropped no call of
+/// this client holds a lock and no release is pending: the thread, the
+/// watchdog and the connections simply stop. The global client
+/// ([`crate::init`]) is never dropped, and a process that exits (or is
+/// killed) with bodies still running does not release their locks: they stay
+/// held in Redis until their leases end, and waiters elsewhere wait that
+/// long. Call [`shutdown`](LockClient::shutdown) before the process exits to
+/// let running bodies finish, release every lock at once and stop taking new
+/// ones. [`LockClientBuilder::lazy_connect`] lets a service start before
+/// Redis.
+///
+/// # Operating
+/// [`inspect`](LockClient::inspect) tells whether a lock is held, by which
+/// client (name, host, pid), for how long, and its fencing token;
+/// [`held`](LockClient::held) lists this client's locks;
+/// [`force_unlock`](LockClient::force_unlock) frees a stuck lock and wakes
+/// its waiters. Every connection is named
+/// ([`LockClientBuilder::client_name`]) for `CLIENT LIST`.
 #[derive(Clone)]
 pub struct LockClient {
     pub(crate) inner: Arc<Inner>,

@@ -79,7 +79,11 @@ impl LockClient {
     /// [`LockError::Lost`](crate::LockError::Lost) and
     /// [`LossReason::ShutDown`], since what it did is as incomplete as after
     /// any loss, and its lock is released. Then the watchdog, the
-    /// subscriptions and the registry refresh stop.
+    /// subscriptions and the registry refresh stop, and the client's
+    /// registry entry is deleted.
+    ///
+    /// Do not call it from inside a locked body of this client: it would
+    /// wait for that body, then stop it, and itself with it.
     ///
     /// The connections close when the last handle of the client is dropped;
     /// after `shutdown` nothing more is sent on them. Calling it again does
@@ -109,6 +113,11 @@ impl LockClient {
                 tracing::debug!("shutdown: some locked calls are not polled any more");
             }
         }
+        // The presence task stops with the client's background work, so
+        // the entry is deleted after it can be written again.
         inner.io.close();
+        if let Err(error) = inner.backend.retire(&inner.record).await {
+            tracing::debug!(%error, "could not delete the client's registry entry; it lapses");
+        }
     }
 }

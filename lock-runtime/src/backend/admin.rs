@@ -85,6 +85,18 @@ impl Backend {
         }
     }
 
+    /// Deletes the client's registry entry (it shut down).
+    pub(crate) async fn retire(&self, record: &ClientRecord) -> Result<(), BackendError> {
+        match self {
+            Backend::Redis(b) => Ok(retire_node(b, record).await?),
+            Backend::Redlock(b) => {
+                let _ = polled_on(b.home(), b.on_all(|node| retire_node(node, record))).await;
+                Ok(())
+            }
+            Backend::Memory(_) => Ok(()),
+        }
+    }
+
     /// The registry entry at `key`, if there is one (on Redlock: the first
     /// node that has it).
     pub(crate) async fn client_entry(&self, key: &str) -> Result<Option<Entry>, BackendError> {
@@ -219,6 +231,12 @@ async fn announce_node(b: &RedisBackend, record: &ClientRecord) -> Result<(), Re
         .arg(&record.key)
         .arg(millis(TTL))
         .ignore();
+    b.query_pipeline(&pipeline).await
+}
+
+async fn retire_node(b: &RedisBackend, record: &ClientRecord) -> Result<(), RedisError> {
+    let mut pipeline = ::redis::pipe();
+    pipeline.cmd("DEL").arg(&record.key).ignore();
     b.query_pipeline(&pipeline).await
 }
 

@@ -77,7 +77,47 @@ async fn a_foreign_value_at_the_key_is_named_and_not_retryable() {
         assert!(shown.contains("LOCKLAYOUT"), "{shown}");
         assert!(shown.contains(&format!("lock:{key}")), "{shown}");
         assert!(!error.is_retryable());
+        let error = client.inspect(key).await.expect_err("foreign value");
+        let shown = error.to_string();
+        println!("inspect: {shown}");
+        assert!(matches!(error, LockError::Backend { .. }), "{error:?}");
+        assert!(shown.contains("LOCKLAYOUT"), "{shown}");
+        assert!(!error.is_retryable());
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_names_the_node_and_is_retryable() {
+    // A port nobody listens on; a lazy client connects on first use.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let client = LockClient::builder()
+        .lazy_connect(true)
+        .connect_timeout(Duration::from_millis(500))
+        .connect(&format!("redis://127.0.0.1:{port}/"))
+        .await
+        .expect("lazy");
+    let error = take(&client, "k", Duration::ZERO)
+        .await
+        .expect_err("refused");
+    let shown = error.to_string();
+    println!("{shown}");
+    assert!(matches!(error, LockError::Backend { .. }), "{error:?}");
+    assert!(shown.contains(&format!("127.0.0.1:{port}")), "{shown}");
+    assert!(shown.contains("Connection refused"), "{shown}");
+    assert!(error.source().is_some());
+    assert!(error.is_retryable() && !error.is_timeout() && !error.is_lost());
+
+    // Eagerly: the connect itself fails, also retryably.
+    let error = LockClient::builder()
+        .connect_timeout(Duration::from_millis(500))
+        .connect(&format!("redis://127.0.0.1:{port}/"))
+        .await
+        .expect_err("refused");
+    assert!(matches!(error, LockError::Connect(_)), "{error:?}");
+    assert!(error.is_retryable(), "{error:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -280,7 +280,8 @@ async fn redlock_inspect_reports_the_quorum_and_force_unlock_frees_it() {
         .expect("connect");
     let operator = builder().redlock(&urls).await.expect("connect");
 
-    let holder = Holder::start(&holder_client, "q", LockOptions::new()).await;
+    let options = LockOptions::new().lease(Duration::from_secs(3));
+    let holder = Holder::start(&holder_client, "q", options).await;
     let info = operator.inspect("q").await.expect("inspect");
     let about = info.holder.clone().expect("held").client.expect("entry");
     assert_eq!(about.name, "redlock-holder");
@@ -296,7 +297,7 @@ async fn redlock_inspect_reports_the_quorum_and_force_unlock_frees_it() {
     assert!(operator.force_unlock("q").await.expect("force"));
     let freed = operator.inspect("q").await.expect("inspect");
     assert!(!freed.is_held(), "{freed:?}");
-    match tokio::time::timeout(Duration::from_secs(30), holder.outcome()).await {
+    match tokio::time::timeout(Duration::from_secs(10), holder.outcome()).await {
         Ok(Err(LockError::Lost { reason, .. })) => assert_eq!(reason, LossReason::Taken),
         other => panic!("expected Lost Taken, got {other:?}"),
     }

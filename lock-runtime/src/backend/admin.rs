@@ -14,6 +14,8 @@ use super::{millis, Backend, BackendError, Route};
 use crate::io::polled_on;
 use crate::presence::{ClientRecord, TTL};
 
+static INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/exclusive/inspect.lua")));
 static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/exclusive/force_unlock.lua")));
 
@@ -112,34 +114,33 @@ impl Backend {
 }
 
 async fn inspect_node(b: &RedisBackend, key: &str) -> Result<LockView, RedisError> {
-    let mut pipeline = ::redis::pipe();
-    pipeline.atomic().cmd("GET").arg(key).cmd("PTTL").arg(key);
-    let (value, pttl): (Option<String>, i64) = b.query_pipeline(&pipeline).await?;
-    let Some(value) = value else {
+    let no_args: Vec<&str> = Vec::new();
+    let parts: Vec<String> = b.eval(&Route::Home, &INSPECT, key, no_args, 0).await?;
+    if parts.is_empty() {
         return Ok(None);
+    }
+    let parsed = match parts.as_slice() {
+        [fence, state, owner, pttl] => {
+            fence
+                .parse()
+                .ok()
+                .zip(pttl.parse::<i64>().ok())
+                .map(|(fence, pttl)| NodeLock {
+                    fence,
+                    owner: (state != "f").then(|| owner.clone()),
+                    // -1: no expiry.
+                    ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+                })
+        }
+        _ => None,
     };
-    let (fence, state, owner) = parse(&value).ok_or_else(|| {
+    parsed.map(Some).ok_or_else(|| {
         RedisError::from((
             ErrorKind::UnexpectedReturnType,
-            "LOCKLAYOUT: the key holds no lock of layout 1 (an older lock-runtime, another library, or not a lock)",
-            key.to_owned(),
+            "inspect.lua answered something else than {fence, state, owner, pttl}",
+            format!("{parts:?}"),
         ))
-    })?;
-    Ok(Some(NodeLock {
-        fence,
-        owner: (state != "f").then(|| owner.to_owned()),
-        // -1: no expiry; -2: expired between the two reads (then free).
-        ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
-    }))
-}
-
-/// A value of layout 1, `L1:<fence>:<state>:<owner>`, as its parts.
-fn parse(value: &str) -> Option<(u64, &str, &str)> {
-    let mut parts = value.strip_prefix("L1:")?.splitn(3, ':');
-    let fence = parts.next()?.parse().ok()?;
-    let state = parts.next()?;
-    let owner = parts.next()?;
-    Some((fence, state, owner))
+    })
 }
 
 /// A Redlock lock is held by the owner that a quorum names, for as long as

@@ -423,8 +423,10 @@ impl LockClientBuilder {
                 io.spawn(
                     async move { tokio::time::timeout(connect_timeout, to.announce(&of)).await },
                 );
-            if let Ok(Ok(Err(error))) = announce.await {
-                tracing::debug!(%error, "could not write the client's registry entry");
+            if !matches!(announce.await, Ok(Ok(Ok(())))) {
+                tracing::debug!("could not name the connections or write the registry entry");
+                // The client's presence task tries again at once.
+                record.again.notify_one();
             }
         }
         Ok(self.finish((id, place), backend, waiters, io, record))

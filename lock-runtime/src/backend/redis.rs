@@ -45,7 +45,9 @@ pub(crate) struct RedisConfig {
     /// Connection attempts after the first when (re)connecting, with
     /// backoff; 0 fails a command at once when its node refuses.
     pub retries: usize,
-    /// The name every connection is given (`CLIENT SETNAME`), if any.
+    /// The name that the connections of callers' runtimes are given
+    /// (`CLIENT SETNAME`); the client's own connections are named by the
+    /// client (see `presence.rs`).
     pub client_name: Option<Arc<str>>,
 }
 
@@ -125,21 +127,13 @@ impl RedisBackend {
                 ConnectionManager::new_with_config(pubsub_client, pubsub_config),
             )?
         };
-        let backend = RedisBackend {
+        Ok(RedisBackend {
             commands,
             pubsub,
             client_id,
             home,
             local,
-        };
-        if let (false, Some(name)) = (lazy, &config.client_name) {
-            // Named now, so that `CLIENT LIST` tells who is who as soon as
-            // the client exists; a refusal (ACL) does not fail the connect.
-            if let Err(error) = backend.set_name(name).await {
-                tracing::debug!(%error, "CLIENT SETNAME failed; connections stay unnamed");
-            }
-        }
-        Ok(backend)
+        })
     }
 
     /// Names both connections (`CLIENT SETNAME`); the first error.

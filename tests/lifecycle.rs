@@ -227,3 +227,23 @@ async fn a_lazy_client_starts_before_redis_and_works_once_it_is_up() {
     .await;
     assert!(named);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lazy_redlock_client_starts_with_every_node_down() {
+    let urls: Vec<String> = (0..3)
+        .map(|_| format!("redis://127.0.0.1:{}/", free_port()))
+        .collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = LockClient::builder()
+        .lazy_connect(true)
+        .node_timeout(Duration::from_millis(200))
+        .redlock(&urls)
+        .await
+        .expect("a lazy connect does not need the nodes");
+    let error = take(&client, "k", Duration::from_secs(30))
+        .await
+        .expect_err("no node is up");
+    println!("{error}");
+    assert!(matches!(error, LockError::NoQuorum { .. }), "{error:?}");
+    assert!(error.is_retryable());
+}

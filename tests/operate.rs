@@ -326,3 +326,28 @@ async fn connections_remade_after_a_restart_get_their_name_again() {
         .await
         .expect("works after the restart");
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_callers_own_connection_is_named_too() {
+    let server = RedisServer::start();
+    let client = LockClient::builder()
+        .client_name("local-too")
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    // A current-thread runtime that keeps calling gets a connection of its
+    // own after a few calls (see backend/local.rs).
+    let mut named = false;
+    for _ in 0..200 {
+        client
+            .run_locked("k", LockOptions::new(), async { Ok::<_, LockError>(()) })
+            .await
+            .expect("locks");
+        if client_list(&server).matches("name=local-too ").count() == 3 {
+            named = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(named, "{}", client_list(&server));
+}

@@ -81,6 +81,13 @@
 //!   gone, or a lease that runs out with no successful renewal, stops the body
 //!   with [`LockError::Lost`]; so does a release that finds the lock gone or
 //!   cannot reach Redis, whatever the body returned.
+//!
+//! # Operating
+//! [`LockClient::inspect`] tells whether a lock is held, by which client
+//! (its name, host and pid), for how long and with which fencing token;
+//! [`LockClient::held`] lists a client's locks; [`LockClient::force_unlock`]
+//! frees a stuck lock and wakes its waiters; [`LockClient::shutdown`] stops a
+//! client cleanly. [`LockError::is_retryable`] and its siblings sort errors.
 #![warn(missing_docs)]
 
 mod backend;

@@ -155,7 +155,7 @@ impl HeldLock {
     }
 
     /// When the request that took the lock was sent.
-    pub(crate) fn taken_at(&self) -> Instant {
+    pub(crate) fn held_since(&self) -> Instant {
         self.epoch
     }
 

@@ -166,7 +166,7 @@ impl LockClient {
             .map(|held| HeldInfo {
                 key: held.key.clone(),
                 fencing_token: held.token,
-                held_for: now.saturating_duration_since(held.taken_at()),
+                held_for: now.saturating_duration_since(held.held_since()),
                 lease: held.lease(),
                 renewing: held.renew,
             })

@@ -279,6 +279,10 @@ async fn redlock_inspect_reports_the_quorum_and_force_unlock_frees_it() {
         .await
         .expect("connect");
     let operator = builder().redlock(&urls).await.expect("connect");
+    for server in &servers {
+        let list = client_list(server);
+        assert_eq!(list.matches("name=redlock-holder ").count(), 2, "{list}");
+    }
 
     let options = LockOptions::new().lease(Duration::from_secs(3));
     let holder = Holder::start(&holder_client, "q", options).await;

@@ -222,7 +222,6 @@ impl std::fmt::Display for Cause<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (self.0.code(), self.0.detail()) {
             (Some(code), Some(detail)) => write!(f, "{code} {detail}"),
-            (Some(code), None) => f.write_str(code),
             _ => self.0.fmt(f),
         }
     }

@@ -175,3 +175,25 @@ async fn timeout_and_lost_helpers() {
     );
     assert!(error.is_lost() && !error.is_retryable() && !error.is_timeout());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_demoted_to_replica_answers_readonly_which_is_retryable() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    take(&client, "k", Duration::ZERO).await.expect("works");
+    // A failover demotes it: a replica of a master that is not there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    query(&server, &["REPLICAOF", "127.0.0.1", &port.to_string()]);
+    let error = take(&client, "k", Duration::ZERO)
+        .await
+        .expect_err("read-only");
+    let shown = error.to_string();
+    println!("{shown}");
+    assert!(matches!(error, LockError::Backend { .. }), "{error:?}");
+    assert!(shown.contains("READONLY"), "{shown}");
+    assert!(shown.contains("redis.sock"), "{shown}");
+    assert!(error.is_retryable(), "{error:?}");
+}

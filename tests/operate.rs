@@ -355,3 +355,62 @@ async fn a_callers_own_connection_is_named_too() {
     }
     assert!(named, "{}", client_list(&server));
 }
+
+/// The ACL LOG's count of refusals that concern the key `prefix*`.
+fn acl_refusals(server: &RedisServer, prefix: &str) -> i64 {
+    let entries: Vec<std::collections::HashMap<String, redis::Value>> =
+        query(server, &["ACL", "LOG"]);
+    entries
+        .iter()
+        .filter(|e| {
+            matches!(e.get("object"), Some(redis::Value::BulkString(o)) if o.starts_with(prefix.as_bytes()))
+        })
+        .map(|e| match e.get("count") {
+            Some(redis::Value::Int(n)) => *n,
+            _ => 0,
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_that_may_not_write_the_registry_is_refused_once_and_still_locks() {
+    let server = RedisServer::start();
+    let _: () = query(
+        &server,
+        &[
+            "ACL",
+            "SETUSER",
+            "orders",
+            "on",
+            ">pw",
+            "~lock:order:*",
+            "&*",
+            "+@all",
+        ],
+    );
+    let url = format!("{}?user=orders&pass=pw", server.url());
+    let client = LockClient::builder()
+        .client_name("orders-only")
+        .connect(&url)
+        .await
+        .expect("connect");
+    let refused = acl_refusals(&server, "lock:client:");
+    assert!(refused >= 1, "the first write was refused");
+
+    // Reconnect (the server drops the client's connections): the client
+    // names them again but does not try the entry again.
+    let _: i64 = query(&server, &["CLIENT", "KILL", "USER", "orders"]);
+    let named = eventually(Duration::from_secs(15), || {
+        client_list(&server).matches("name=orders-only ").count() == 2
+    })
+    .await;
+    assert!(named, "{}", client_list(&server));
+    assert_eq!(acl_refusals(&server, "lock:client:"), refused);
+
+    let holder = Holder::start(&client, "order:1", LockOptions::new()).await;
+    let operator = LockClient::connect(&server.url()).await.expect("connect");
+    let info = operator.inspect("order:1").await.expect("inspect");
+    let who = info.holder.expect("held");
+    assert_eq!(who.client, None, "no entry to read");
+    holder.release().await.expect("released");
+}

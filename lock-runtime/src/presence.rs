@@ -40,6 +40,8 @@ pub(crate) struct ClientRecord {
     pub started_ms: u64,
     /// Set once the server refused `CLIENT SETNAME` (ACL): not sent again.
     pub setname_refused: AtomicBool,
+    /// Set once the server refused to write the entry (ACL): not tried again.
+    pub entry_refused: AtomicBool,
     /// Woken when a connection dropped: its replacement needs the name.
     pub again: Notify,
 }
@@ -62,6 +64,7 @@ impl ClientRecord {
             pid,
             started_ms,
             setname_refused: AtomicBool::new(false),
+            entry_refused: AtomicBool::new(false),
             again: Notify::new(),
         }
     }
@@ -82,17 +85,42 @@ impl ClientRecord {
         !self.setname_refused.load(Ordering::Relaxed)
     }
 
+    /// Whether the registry entry is still worth writing.
+    pub(crate) fn writes_entry(&self) -> bool {
+        !self.entry_refused.load(Ordering::Relaxed)
+    }
+
+    /// After `error` writing the entry: a refusal by ACL stops further
+    /// tries; whether it was that refusal.
+    pub(crate) fn entry_failed(&self, error: &redis::RedisError) -> bool {
+        let refused = is_refusal(error);
+        if refused {
+            tracing::debug!("the registry entry's write refused by ACL; inspect shows no client details for this client");
+            self.entry_refused.store(true, Ordering::Relaxed);
+        }
+        refused
+    }
+
     /// After `error` from `CLIENT SETNAME`: a refusal by ACL stops further
     /// tries (each would be logged in the server's `ACL LOG`); whether it
     /// was that refusal.
     pub(crate) fn setname_failed(&self, error: &redis::RedisError) -> bool {
-        let refused = error.code() == Some("NOPERM");
+        let refused = is_refusal(error);
         if refused {
             tracing::debug!("CLIENT SETNAME refused by ACL; connections stay unnamed");
             self.setname_refused.store(true, Ordering::Relaxed);
         }
         refused
     }
+}
+
+/// Whether `error` is an ACL refusal (`NOPERM`), also inside a transaction.
+fn is_refusal(error: &redis::RedisError) -> bool {
+    error.code() == Some("NOPERM")
+        || error
+            .clone()
+            .into_server_errors()
+            .is_some_and(|errors| errors.iter().any(|(_, e)| e.code() == "NOPERM"))
 }
 
 /// Writes `record` every [`REFRESH`] (and first now, unless `announced`

@@ -221,6 +221,9 @@ async fn announce_node(b: &RedisBackend, record: &ClientRecord) -> Result<(), Re
             }
         }
     }
+    if !record.writes_entry() {
+        return Ok(());
+    }
     let mut pipeline = ::redis::pipe();
     pipeline.atomic().cmd("HSET").arg(&record.key);
     for (field, value) in record.fields() {
@@ -232,7 +235,10 @@ async fn announce_node(b: &RedisBackend, record: &ClientRecord) -> Result<(), Re
         .arg(&record.key)
         .arg(millis(TTL))
         .ignore();
-    b.query_pipeline(&pipeline).await
+    match b.query_pipeline(&pipeline).await {
+        Err(error) if record.entry_failed(&error) => Ok(()),
+        answer => answer,
+    }
 }
 
 async fn retire_node(b: &RedisBackend, record: &ClientRecord) -> Result<(), RedisError> {

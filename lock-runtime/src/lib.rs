@@ -107,6 +107,7 @@ mod ownership;
 mod presence;
 mod private;
 mod replica_sync;
+mod shutdown;
 mod subscriptions;
 mod wakeup;
 mod watchdog;

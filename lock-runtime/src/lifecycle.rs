@@ -1,5 +1,5 @@
-//! A client's life: open, then shut down ([`LockClient::shutdown`]), and
-//! how many of its holds are still alive.
+//! A client's life: open, then shut down (see `shutdown.rs`), and how many
+//! of its holds are still alive.
 //!
 //! A hold is alive from its acquire's success until its last reference is
 //! gone, which is after its release has finished (a call awaiting its
@@ -7,16 +7,11 @@
 //! every lock the client took has been given back or given up.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
 
-use futures_util::future::join_all;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backend::Route;
-use crate::client::LockClient;
-use crate::error::LossReason;
-use crate::locking::release;
+use crate::io::Io;
 
 /// Whether the client is shut down, and its live holds.
 #[derive(Default)]
@@ -28,6 +23,11 @@ pub(crate) struct Lifecycle {
 }
 
 impl Lifecycle {
+    /// From now on the client takes no new locks.
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+    }
+
     /// Whether the client takes no new locks.
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
@@ -46,7 +46,7 @@ impl Lifecycle {
     }
 
     /// Waits until no hold is alive or `deadline`; whether none is.
-    async fn idle_by(&self, client: &LockClient, deadline: Instant) -> bool {
+    pub(crate) async fn idle_by(&self, io: &Io, deadline: Instant) -> bool {
         loop {
             let idle = self.idle.notified();
             tokio::pin!(idle);
@@ -55,69 +55,11 @@ impl Lifecycle {
                 return true;
             }
             // The client's timer: the caller's runtime may have none.
-            let sleep = client.inner.io.sleep_until(deadline);
+            let sleep = io.sleep_until(deadline);
             tokio::select! {
                 () = &mut idle => {}
                 () = sleep => return self.live.load(Ordering::Acquire) == 0,
             }
-        }
-    }
-}
-
-impl LockClient {
-    /// Shuts the client down: takes no new locks, lets running bodies
-    /// finish within `deadline`, stops the rest, gives back what is held,
-    /// and stops the client's background work.
-    ///
-    /// At once, every new locked call on this client (and its clones, and
-    /// the attribute if this is the global client) fails with
-    /// [`LockError::ShutDown`](crate::LockError::ShutDown), and so do the
-    /// calls waiting for a lock. Calls already holding a lock run on, and
-    /// release as usual, for up to `deadline`; nested calls that re-enter a
-    /// held lock still work. A body still running at the deadline is
-    /// stopped at its next await point, as on a loss: its call ends with
-    /// [`LockError::Lost`](crate::LockError::Lost) and
-    /// [`LossReason::ShutDown`], since what it did is as incomplete as after
-    /// any loss, and its lock is released. Then the watchdog, the
-    /// subscriptions and the registry refresh stop, and the client's
-    /// registry entry is deleted.
-    ///
-    /// Do not call it from inside a locked body of this client: it would
-    /// wait for that body, then stop it, and itself with it.
-    ///
-    /// The connections close when the last handle of the client is dropped;
-    /// after `shutdown` nothing more is sent on them. Calling it again does
-    /// no harm.
-    pub async fn shutdown(&self, deadline: std::time::Duration) {
-        let inner = &self.inner;
-        let life = &inner.tag.life;
-        life.closed.store(true, Ordering::Release);
-        // Waiting calls look again, and find the client shut down.
-        inner.waiters.wake_all();
-        let until = Instant::now() + deadline;
-        if !life.idle_by(self, until).await {
-            let stopped = inner.registry.snapshot();
-            for held in &stopped {
-                held.lose(LossReason::ShutDown);
-            }
-            // Released here too, in case a stopped call is not polled (its
-            // own release then finds the lock free, which is harmless).
-            let releases = stopped.iter().map(|held| {
-                inner.registry.unregister(held.id);
-                release::release(self, held, &Route::Home)
-            });
-            join_all(releases).await;
-            drop(stopped);
-            let grace = Instant::now() + Duration::from_secs(2);
-            if !life.idle_by(self, grace).await {
-                tracing::debug!("shutdown: some locked calls are not polled any more");
-            }
-        }
-        // The presence task stops with the client's background work, so
-        // the entry is deleted after it can be written again.
-        inner.io.close();
-        if let Err(error) = inner.backend.retire(&inner.record).await {
-            tracing::debug!(%error, "could not delete the client's registry entry; it lapses");
         }
     }
 }

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::announce;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{self as redis_backend, RedisBackend, RedisConfig};
 use crate::backend::redlock::{Node, RedlockBackend};
@@ -13,7 +14,7 @@ use crate::error::LockError;
 use crate::io::Io;
 use crate::options::LockOptions;
 use crate::owner_id::ClientTag;
-use crate::presence::{self, ClientRecord};
+use crate::presence::ClientRecord;
 use crate::replica_sync::ReplicaSync;
 use crate::subscriptions::Subscriptions;
 use crate::wakeup::Waiters;
@@ -467,7 +468,7 @@ impl LockClientBuilder {
         if backend.subscribes() {
             let subscriptions = Subscriptions::start(&io, backend.clone(), &waiters);
             waiters.on_change(move |key| subscriptions.changed(key));
-            presence::start(&io, backend.clone(), record.clone(), announced);
+            announce::start(&io, backend.clone(), record.clone(), announced);
         }
         let inner = Arc::new(Inner {
             tag: Arc::new(ClientTag {

@@ -90,6 +90,7 @@
 //! client cleanly. [`LockError::is_retryable`] and its siblings sort errors.
 #![warn(missing_docs)]
 
+mod announce;
 mod backend;
 mod client;
 mod error;

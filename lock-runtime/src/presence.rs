@@ -5,19 +5,17 @@
 //! keep every held lock small. The client id leads to one hash per client,
 //! `<prefix>client:<client id>`, with its name, host, pid, start time and
 //! library version (see `docs/redis-layout.md`). A background task of the
-//! client writes it at start and every [`REFRESH`] with a TTL of [`TTL`], and
-//! names the client's connections again at the same time (a reconnect loses
-//! the name): about three small commands per client every 30 s, none per
-//! lock operation. The entry lapses [`TTL`] after the client stops.
+//! client (`announce.rs`) writes it at start and every [`REFRESH`] with a
+//! TTL of [`TTL`], and names the client's connections again at the same time
+//! (a reconnect loses the name): about three small commands per client every
+//! 30 s, none per lock operation. The entry lapses [`TTL`] after the client
+//! stops.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::Notify;
-
-use crate::backend::Backend;
-use crate::io::Io;
 
 /// How often the client rewrites its entry and names its connections.
 pub(crate) const REFRESH: Duration = Duration::from_secs(30);
@@ -122,34 +120,6 @@ fn is_refusal(error: &redis::RedisError) -> bool {
             .into_server_errors()
             .is_some_and(|errors| errors.iter().any(|(_, e)| e.code() == "NOPERM"))
 }
-
-/// Writes `record` every [`REFRESH`] (and first now, unless `announced`
-/// already), and soon after a connection dropped, until the client closes.
-/// A failed write is tried again after 1 s, then less and less often: a
-/// client that starts before Redis names its connections soon after Redis
-/// comes up.
-pub(crate) fn start(io: &Io, backend: Backend, record: Arc<ClientRecord>, announced: bool) {
-    io.spawn_until_closed(async move {
-        let mut delay = if announced { REFRESH } else { Duration::ZERO };
-        let mut retry = RETRY;
-        loop {
-            tokio::select! {
-                () = tokio::time::sleep(delay) => {}
-                () = record.again.notified() => {}
-            }
-            match backend.announce(&record).await {
-                Ok(()) => (delay, retry) = (REFRESH, RETRY),
-                Err(error) => {
-                    tracing::debug!(%error, "could not name the connections or write the registry entry");
-                    (delay, retry) = (retry, (retry * 2).min(REFRESH));
-                }
-            }
-        }
-    });
-}
-
-/// The first retry after a failed write.
-const RETRY: Duration = Duration::from_secs(1);
 
 /// `name` as Redis accepts a connection name: printable ASCII without
 /// spaces; anything else becomes `_`.

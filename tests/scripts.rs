@@ -15,6 +15,10 @@ fn script(name: &str) -> Script {
         "release" => include_str!("../lock-runtime/src/backend/lua/exclusive/release.lua"),
         "renew" => include_str!("../lock-runtime/src/backend/lua/exclusive/renew.lua"),
         "fence" => include_str!("../lock-runtime/src/backend/lua/exclusive/fence.lua"),
+        "force_unlock" => {
+            include_str!("../lock-runtime/src/backend/lua/exclusive/force_unlock.lua")
+        }
+        "inspect" => include_str!("../lock-runtime/src/backend/lua/exclusive/inspect.lua"),
         _ => unreachable!(),
     };
     Script::new(source)
@@ -241,4 +245,70 @@ fn the_fence_script_raises_only_the_owners_token() {
     assert_eq!(value(&mut con).expect("held").0, token as u64 + 100);
     assert_eq!(release(&mut con, "a:1", token + 100), 1);
     assert!(acquire(&mut con, "b:1") > token + 100);
+}
+
+/// force_unlock.lua's answer: the freed hold's fence, or 0.
+fn force_unlock(con: &mut Connection) -> redis::RedisResult<i64> {
+    script("force_unlock").key(KEY).arg("operator").invoke(con)
+}
+
+#[test]
+fn force_unlock_frees_any_holder_keeps_fence_and_lease_and_publishes() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    assert_eq!(force_unlock(&mut con).expect("absent"), 0);
+
+    let token = acquire(&mut con, "a:1");
+    let mut listener = server.connection();
+    let mut pubsub = listener.as_pubsub();
+    pubsub.subscribe(KEY).expect("SUBSCRIBE");
+    pubsub
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .expect("timeout");
+
+    // Nobody marked it waited: it publishes all the same.
+    assert_eq!(force_unlock(&mut con).expect("held"), token);
+    let (fence, state, owner) = value(&mut con).expect("kept");
+    assert_eq!(
+        (fence, state.as_str(), owner.as_str()),
+        (token as u64, "f", "")
+    );
+    let ttl = pttl(&mut con);
+    assert!(ttl > 0 && ttl <= LEASE_MS as i64, "{ttl}");
+    let message = pubsub.get_message().expect("the release notice");
+    let payload: String = message.get_payload().expect("payload");
+    // What the client's push handler parses: `<client id>:<token>`.
+    assert_eq!(payload, format!("operator:{token}"));
+    assert_eq!(message.get_channel_name(), KEY);
+
+    // Free now: nothing to do, and the holder's own release is refused.
+    assert_eq!(force_unlock(&mut con).expect("free"), 0);
+    assert_eq!(release(&mut con, "a:1", token), -1);
+    // The next token passes the forced one.
+    assert!(acquire(&mut con, "b:1") > token);
+
+    set(&mut con, KEY, "not a lock");
+    let error = force_unlock(&mut con).expect_err("foreign");
+    assert_eq!(error.code(), Some("LOCKLAYOUT"), "{error}");
+}
+
+#[test]
+fn inspect_reads_the_parts_and_changes_nothing() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    let read = |con: &mut Connection| -> Vec<String> {
+        script("inspect").key(KEY).invoke(con).expect("inspect.lua")
+    };
+    assert!(read(&mut con).is_empty());
+    let token = acquire(&mut con, "a:1");
+    let parts = read(&mut con);
+    assert_eq!(parts[..3], [token.to_string(), "h".into(), "a:1".into()]);
+    let ttl: i64 = parts[3].parse().expect("pttl");
+    assert!(ttl > 0 && ttl <= LEASE_MS as i64);
+    assert_eq!(value(&mut con).expect("held").1, "h", "unchanged");
+    assert_eq!(release(&mut con, "a:1", token), 1);
+    assert_eq!(
+        read(&mut con)[..3],
+        [token.to_string(), "f".into(), String::new()]
+    );
 }

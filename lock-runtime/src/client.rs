@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::announce;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{self as redis_backend, RedisBackend, RedisConfig};
 use crate::backend::redlock::{Node, RedlockBackend};
@@ -13,6 +14,7 @@ use crate::error::LockError;
 use crate::io::Io;
 use crate::options::LockOptions;
 use crate::owner_id::ClientTag;
+use crate::presence::ClientRecord;
 use crate::replica_sync::ReplicaSync;
 use crate::subscriptions::Subscriptions;
 use crate::wakeup::Waiters;
@@ -28,6 +30,27 @@ use crate::watchdog::{self, Registry};
 /// Each client owns a small background thread that runs its watchdog, the
 /// drivers of its two Redis connections and the releases of locks whose
 /// futures were dropped. It stops when the last clone is dropped.
+///
+/// # Lifecycle
+/// A locked call borrows its client, and a release in the background keeps
+/// a clone until it is done, so when the last handle is dropped no call of
+/// this client holds a lock and no release is pending: the thread, the
+/// watchdog and the connections simply stop. The global client
+/// ([`crate::init`]) is never dropped, and a process that exits (or is
+/// killed) with bodies still running does not release their locks: they stay
+/// held in Redis until their leases end, and waiters elsewhere wait that
+/// long. Call [`shutdown`](LockClient::shutdown) before the process exits to
+/// let running bodies finish, release every lock at once and stop taking new
+/// ones. [`LockClientBuilder::lazy_connect`] lets a service start before
+/// Redis.
+///
+/// # Operating
+/// [`inspect`](LockClient::inspect) tells whether a lock is held, by which
+/// client (name, host, pid), for how long, and its fencing token;
+/// [`held`](LockClient::held) lists this client's locks;
+/// [`force_unlock`](LockClient::force_unlock) frees a stuck lock and wakes
+/// its waiters. Every connection is named
+/// ([`LockClientBuilder::client_name`]) for `CLIENT LIST`.
 #[derive(Clone)]
 pub struct LockClient {
     pub(crate) inner: Arc<Inner>,
@@ -49,6 +72,8 @@ pub(crate) struct Inner {
     pub backend: Backend,
     pub waiters: Arc<Waiters>,
     pub registry: Arc<Registry>,
+    /// The client's name, host and pid, as its registry entry has them.
+    pub record: Arc<ClientRecord>,
     pub io: Io,
 }
 
@@ -80,6 +105,8 @@ pub struct LockClientBuilder {
     renewal_batch: usize,
     on_current_runtime: bool,
     sync_replicas: Option<ReplicaSync>,
+    client_name: Option<String>,
+    lazy_connect: bool,
 }
 
 impl Default for LockClientBuilder {
@@ -95,6 +122,8 @@ impl Default for LockClientBuilder {
             renewal_batch: 512,
             on_current_runtime: false,
             sync_replicas: None,
+            client_name: None,
+            lazy_connect: false,
         }
     }
 }
@@ -196,6 +225,33 @@ impl LockClientBuilder {
         self
     }
 
+    /// The name of every connection the client makes (`CLIENT SETNAME`, so
+    /// `CLIENT LIST` tells who is who), also kept in the client's registry
+    /// entry that [`LockClient::inspect`] shows for a holder. Default
+    /// `lock-runtime:<program>@<host>:<pid>`. Redis takes printable ASCII
+    /// without spaces: other characters become `_`. A server that refuses
+    /// `CLIENT SETNAME` (ACL without `client|setname`) leaves the
+    /// connections unnamed and fails nothing.
+    pub fn client_name(mut self, name: impl Into<String>) -> Self {
+        self.client_name = Some(name.into());
+        self
+    }
+
+    /// Connects on first use instead of at [`connect`](Self::connect) /
+    /// [`redlock`](Self::redlock), for services that may start before
+    /// Redis (default `false`).
+    ///
+    /// `connect` then returns at once (only a malformed URL fails it).
+    /// Every call connects if needed; until Redis answers, a call fails at
+    /// once with a [`LockError::Backend`] (Redlock: [`LockError::NoQuorum`])
+    /// whose [`is_retryable`](LockError::is_retryable) is true: it does not
+    /// wait for Redis within its `wait`, which is for a lock held by
+    /// somebody else. Once Redis is up, calls work with no other step.
+    pub fn lazy_connect(mut self, lazy: bool) -> Self {
+        self.lazy_connect = lazy;
+        self
+    }
+
     fn io(&self) -> std::io::Result<Io> {
         match self.on_current_runtime.then(Io::current_runtime).flatten() {
             Some(io) => Ok(io),
@@ -256,15 +312,23 @@ impl LockClientBuilder {
         let place = target.place();
         let io = self.io().map_err(|e| LockError::Connect(e.into()))?;
         let id = new_client_id();
+        let record = Arc::new(ClientRecord::new(
+            &self.prefix,
+            &id,
+            self.client_name.as_deref(),
+        ));
         let waiters = Arc::new(Waiters::default());
         let on_push = {
             let waiters = waiters.clone();
             let id = id.clone();
+            let record = record.clone();
             move |info: redis::PushInfo| {
                 if info.kind == redis::PushKind::Disconnection {
                     // Releases published while disconnected are lost: let
                     // every waiter try again.
                     waiters.wake_all();
+                    // The new connections need their name.
+                    record.again.notify_one();
                 } else if let Some(channel) = redis_backend::subscribed(&info) {
                     // Subscribed (again, after a reconnect): a release before
                     // now was not heard, so the head should try.
@@ -282,6 +346,7 @@ impl LockClientBuilder {
             connect_timeout,
             command_timeout: self.command_timeout,
             retries: 2,
+            client_name: Some(record.name.clone()),
         };
         // A Redlock node that is down must cost at most its timeout, and
         // fail at once when it refuses connections.
@@ -289,11 +354,13 @@ impl LockClientBuilder {
             connect_timeout: self.node_timeout,
             command_timeout: self.node_timeout,
             retries: 0,
+            client_name: Some(record.name.clone()),
         };
         let (node_timeout, drift_factor) = (self.node_timeout, self.drift_factor);
         // Eager connections; connections of the callers' runtimes unless the
         // client already runs on the caller's runtime.
-        let modes = (false, !self.on_current_runtime);
+        let lazy = self.lazy_connect;
+        let modes = (lazy, !self.on_current_runtime);
         let client_id = id.clone();
         let connecting = io.spawn(async move {
             let connecting = async {
@@ -320,7 +387,9 @@ impl LockClientBuilder {
                             nodes.push(Node { name, backend });
                         }
                         let redlock = RedlockBackend::new(nodes, node_timeout, drift_factor);
-                        redlock.check().await?;
+                        if !lazy {
+                            redlock.check().await?;
+                        }
                         Ok(Backend::Redlock(redlock))
                     }
                 }
@@ -347,7 +416,21 @@ impl LockClientBuilder {
                 ))));
             }
         };
-        Ok(self.finish((id, place), backend, waiters, io))
+        if !lazy {
+            // Named and registered before the client is handed out, so that
+            // an operator sees it at once; a failure here fails nothing.
+            let (to, of) = (backend.clone(), record.clone());
+            let announce =
+                io.spawn(
+                    async move { tokio::time::timeout(connect_timeout, to.announce(&of)).await },
+                );
+            if !matches!(announce.await, Ok(Ok(Ok(())))) {
+                tracing::debug!("could not name the connections or write the registry entry");
+                // The client's presence task tries again at once.
+                record.again.notify_one();
+            }
+        }
+        Ok(self.finish((id, place), backend, waiters, io, record))
     }
 
     /// The embedded backend: the same semantics inside this process.
@@ -362,7 +445,12 @@ impl LockClientBuilder {
         let backend = Backend::Memory(MemoryBackend::default());
         let id = new_client_id();
         let ids = (id.clone(), id.as_ref().into());
-        self.finish(ids, backend, Arc::new(Waiters::default()), io)
+        let record = Arc::new(ClientRecord::new(
+            &self.prefix,
+            &id,
+            self.client_name.as_deref(),
+        ));
+        self.finish(ids, backend, Arc::new(Waiters::default()), io, record)
     }
 
     fn finish(
@@ -371,16 +459,23 @@ impl LockClientBuilder {
         backend: Backend,
         waiters: Arc<Waiters>,
         io: Io,
+        record: Arc<ClientRecord>,
     ) -> LockClient {
+        let announced = !self.lazy_connect;
         let registry = Registry::new(waiters.clone());
         let watchdog = watchdog::run(registry.clone(), backend.clone(), self.renewal_batch);
         io.spawn_until_closed(watchdog);
         if backend.subscribes() {
             let subscriptions = Subscriptions::start(&io, backend.clone(), &waiters);
             waiters.on_change(move |key| subscriptions.changed(key));
+            announce::start(&io, backend.clone(), record.clone(), announced);
         }
         let inner = Arc::new(Inner {
-            tag: Arc::new(ClientTag { id, place }),
+            tag: Arc::new(ClientTag {
+                id,
+                place,
+                life: Default::default(),
+            }),
             lock_ids: AtomicU64::new(0),
             prefix: self.prefix.into(),
             lease: self.lease,
@@ -390,6 +485,7 @@ impl LockClientBuilder {
             backend,
             waiters,
             registry,
+            record,
             io,
         });
         LockClient { inner }

@@ -37,11 +37,19 @@ pub enum LockError {
     },
 
     /// The backend failed (connection refused, timeout, server error) while
-    /// acquiring the lock.
-    #[error("lock `{key}`: backend error")]
+    /// acquiring, releasing or inspecting the lock. The message names the
+    /// node and the cause (`NOPERM`, `WRONGPASS`, `READONLY`, `MOVED`,
+    /// connection refused, ...), never a credential; [`source`] is the
+    /// [`redis::RedisError`] itself.
+    ///
+    /// [`source`]: std::error::Error::source
+    #[error("lock `{key}` on {node}: {}", Cause(.source))]
     Backend {
         /// The lock's key.
         key: String,
+        /// Where it failed: the node's address (and database), without
+        /// credentials.
+        node: String,
         /// The error the backend returned.
         #[source]
         source: redis::RedisError,
@@ -75,6 +83,17 @@ pub enum LockError {
         timeout: Duration,
     },
 
+    /// The client was shut down ([`LockClient::shutdown`]): it takes no new
+    /// locks. A body that was still running at the shutdown's deadline ends
+    /// with [`LockError::Lost`] and [`LossReason::ShutDown`] instead.
+    ///
+    /// [`LockClient::shutdown`]: crate::LockClient::shutdown
+    #[error("lock `{key}`: the lock client is shut down and takes no new locks")]
+    ShutDown {
+        /// The lock's key.
+        key: String,
+    },
+
     /// The client could not connect to or talk to Redis.
     #[error("cannot connect to Redis")]
     Connect(#[source] redis::RedisError),
@@ -104,6 +123,12 @@ pub enum LossReason {
     /// whether the lock was held to the end is not known: Redis may have
     /// restarted and forgotten it while the body ran.
     Unconfirmed,
+    /// The client was shut down ([`LockClient::shutdown`]) and its deadline
+    /// passed while the body still ran: the body was stopped at an await
+    /// point, as on any loss, and the lock was released.
+    ///
+    /// [`LockClient::shutdown`]: crate::LockClient::shutdown
+    ShutDown,
 }
 
 impl std::fmt::Display for LossReason {
@@ -113,6 +138,9 @@ impl std::fmt::Display for LossReason {
             LossReason::Expired => "its lease ran out before a renewal succeeded",
             LossReason::Unconfirmed => {
                 "its release could not reach Redis, so it may not have been held to the end"
+            }
+            LossReason::ShutDown => {
+                "the client was shut down and the body did not finish within the deadline"
             }
         })
     }
@@ -127,10 +155,102 @@ impl LockError {
             | LockError::Backend { key, .. }
             | LockError::NoQuorum { key, .. }
             | LockError::NotReplicated { key, .. }
-            | LockError::Invalid { key, .. } => Some(key),
+            | LockError::Invalid { key, .. }
+            | LockError::ShutDown { key } => Some(key),
             _ => None,
         }
     }
+
+    /// Whether the lock stayed held by another owner for the whole `wait`
+    /// ([`LockError::Timeout`]).
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, LockError::Timeout { .. })
+    }
+
+    /// Whether the body started under the lock and was stopped, or its end
+    /// could not be confirmed under the lock ([`LockError::Lost`], for any
+    /// [`LossReason`]): its effects may be partial.
+    pub fn is_lost(&self) -> bool {
+        matches!(self, LockError::Lost { .. })
+    }
+
+    /// Whether the same call, made again a little later, may succeed: the
+    /// body did not run, and the cause is one that passes by itself.
+    ///
+    /// Retryable:
+    /// - [`Timeout`](LockError::Timeout): the holder will release or expire;
+    /// - [`Backend`](LockError::Backend) and [`Connect`](LockError::Connect)
+    ///   whose cause is transient: an IO error, a timeout, a dropped or
+    ///   refused connection, or a server answer that says "not now"
+    ///   (`READONLY`, `MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `LOADING`,
+    ///   `MASTERDOWN`, `BUSY`, `NOREPLICAS`): a restart, a failover or a slot
+    ///   move in progress;
+    /// - [`NoQuorum`](LockError::NoQuorum): the missing Redlock nodes may
+    ///   come back;
+    /// - [`NotReplicated`](LockError::NotReplicated): the replicas may catch
+    ///   up (the lock was released, the body did not run).
+    ///
+    /// Not retryable:
+    /// - [`Lost`](LockError::Lost): the body ran, at least in part; whether
+    ///   to run it again depends on what it did, which only the caller knows
+    ///   (an idempotent body can simply be called again);
+    /// - `Backend`/`Connect` with a permanent cause: `NOPERM` (ACL),
+    ///   `WRONGPASS`, `WRONGTYPE` or `LOCKLAYOUT` (the key holds something
+    ///   that is not a lock of this version), an invalid URL or option;
+    /// - [`Invalid`](LockError::Invalid), [`NotInitialized`](LockError::NotInitialized),
+    ///   [`AlreadyInitialized`](LockError::AlreadyInitialized): mistakes in
+    ///   the program;
+    /// - [`ShutDown`](LockError::ShutDown): the client will not take locks
+    ///   again.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            LockError::Timeout { .. }
+            | LockError::NoQuorum { .. }
+            | LockError::NotReplicated { .. } => true,
+            LockError::Backend { source, .. } | LockError::Connect(source) => is_transient(source),
+            _ => false,
+        }
+    }
+}
+
+/// A Redis error as Redis words it: a server error as its code and message
+/// (`NOPERM this user has no permissions ...`), anything else (IO, timeout)
+/// as the redis crate shows it.
+struct Cause<'a>(&'a redis::RedisError);
+
+impl std::fmt::Display for Cause<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.0.code(), self.0.detail()) {
+            (Some(code), Some(detail)) => write!(f, "{code} {detail}"),
+            _ => self.0.fmt(f),
+        }
+    }
+}
+
+/// Whether `error` is one that passes by itself: see
+/// [`LockError::is_retryable`].
+fn is_transient(error: &redis::RedisError) -> bool {
+    if error.is_timeout()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal()
+        || error.is_io_error()
+    {
+        return true;
+    }
+    matches!(
+        error.code(),
+        Some(
+            "READONLY"
+                | "MOVED"
+                | "ASK"
+                | "TRYAGAIN"
+                | "CLUSTERDOWN"
+                | "LOADING"
+                | "MASTERDOWN"
+                | "BUSY"
+                | "NOREPLICAS"
+        )
+    )
 }
 
 /// One Redis node that failed a Redlock operation.

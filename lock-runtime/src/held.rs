@@ -142,6 +142,7 @@ impl HeldLock {
             epoch: sent,
         };
         held.schedule_renewal(sent + lease / 3);
+        held.client.life.hold_started();
         held
     }
 
@@ -200,7 +201,7 @@ impl HeldLock {
         let first = self
             .validity
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                (v < LOST_EXPIRED).then_some(lost)
+                (v < LOST_SHUT_DOWN).then_some(lost)
             })
             .is_ok();
         if first {
@@ -253,21 +254,29 @@ impl HeldLock {
     }
 }
 
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        self.client.life.hold_ended();
+    }
+}
+
 /// `Validity` in a word: an instant as nanoseconds after the lock's epoch,
-/// or one of the two lost states above every instant.
+/// or one of the lost states above every instant.
+const LOST_SHUT_DOWN: u64 = u64::MAX - 2;
 const LOST_EXPIRED: u64 = u64::MAX - 1;
 const LOST_TAKEN: u64 = u64::MAX;
 
 fn pack_until(epoch: Instant, until: Instant) -> u64 {
     let nanos = until.saturating_duration_since(epoch).as_nanos();
     u64::try_from(nanos)
-        .unwrap_or(LOST_EXPIRED - 1)
-        .min(LOST_EXPIRED - 1)
+        .unwrap_or(LOST_SHUT_DOWN - 1)
+        .min(LOST_SHUT_DOWN - 1)
 }
 
 fn pack_lost(reason: LossReason) -> u64 {
     match reason {
         LossReason::Taken => LOST_TAKEN,
+        LossReason::ShutDown => LOST_SHUT_DOWN,
         _ => LOST_EXPIRED,
     }
 }
@@ -276,6 +285,7 @@ fn unpack(epoch: Instant, word: u64) -> Validity {
     match word {
         LOST_TAKEN => Validity::Lost(LossReason::Taken),
         LOST_EXPIRED => Validity::Lost(LossReason::Expired),
+        LOST_SHUT_DOWN => Validity::Lost(LossReason::ShutDown),
         nanos => Validity::Until(epoch + Duration::from_nanos(nanos)),
     }
 }

@@ -61,6 +61,12 @@ impl Io {
         })
     }
 
+    /// Ends the tasks spawned with `spawn_until_closed` (the client was shut
+    /// down).
+    pub(crate) fn close(&self) {
+        self.closed.send_replace(());
+    }
+
     /// Runs `task` on the background runtime.
     pub(crate) fn spawn<F>(&self, task: F) -> tokio::task::JoinHandle<F::Output>
     where

@@ -114,23 +114,36 @@
 //!   gone, or a lease that runs out with no successful renewal, stops the body
 //!   with [`LockError::Lost`]; so does a release that finds the lock gone or
 //!   cannot reach Redis, whatever the body returned.
+//!
+//! # Operating
+//! [`LockClient::inspect`] tells whether a lock is held, by which client
+//! (its name, host and pid), for how long and with which fencing token;
+//! [`LockClient::held`] lists a client's locks; [`LockClient::force_unlock`]
+//! frees a stuck lock and wakes its waiters; [`LockClient::shutdown`] stops a
+//! client cleanly. [`LockError::is_retryable`] and its siblings sort errors.
 #![warn(missing_docs)]
 
+mod announce;
 mod backend;
 mod client;
 mod error;
 mod fencing;
+mod force_unlock;
 mod global;
 pub mod guide;
 mod held;
+mod inspect;
 mod io;
+mod lifecycle;
 mod locking;
 pub mod metrics;
 mod options;
 mod owner_id;
 mod ownership;
+mod presence;
 mod private;
 mod replica_sync;
+mod shutdown;
 mod subscriptions;
 mod telemetry;
 mod wakeup;
@@ -151,10 +164,14 @@ pub use client::{LockClient, LockClientBuilder};
 pub use error::{LockError, LossReason, NodeFailure};
 pub use fencing::{fencing_token, fencing_token_of};
 pub use global::{client, init};
+pub use inspect::{ClientInfo, HeldInfo, LockHolder, LockInfo};
 // Documented where it is defined (`lock-macros/src/attribute.md`), so that
 // rustdoc and IDE hover show the same page.
 pub use lock_macros::distributed_lock;
 pub use options::LockOptions;
+/// The `redis` crate this one is built on: its [`RedisError`](redis::RedisError)
+/// is the cause inside [`LockError::Backend`] and [`LockError::Connect`].
+pub use redis;
 
 use std::future::Future;
 

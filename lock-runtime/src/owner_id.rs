@@ -5,6 +5,8 @@ use std::fmt::{self, Write as _};
 use std::ops::Deref;
 use std::sync::Arc;
 
+use crate::lifecycle::Lifecycle;
+
 /// Who a client is: its id (the prefix of its owner ids) and where it keeps
 /// its locks. Shared by the client and every lock it holds; two tags are the
 /// same client when they are the same allocation.
@@ -15,6 +17,8 @@ pub(crate) struct ClientTag {
     /// embedded backend its id: two clients with one place contend for the
     /// same locks.
     pub place: Box<str>,
+    /// Shut down or not, and how many of its holds are alive.
+    pub life: Lifecycle,
 }
 
 /// An owner id as the backend knows it: `<client id>:<n>`, where `n`

@@ -83,6 +83,11 @@ impl Registry {
         }
     }
 
+    /// The locks watched now.
+    pub(crate) fn snapshot(&self) -> Vec<Arc<HeldLock>> {
+        self.with(|locks| locks.values().cloned().collect())
+    }
+
     /// How many locks are being renewed.
     pub(crate) fn renewing(&self) -> usize {
         self.with(|locks| locks.values().filter(|h| h.renew).count())

@@ -32,6 +32,8 @@ pub(crate) struct LocalConnections {
     config: AsyncConnectionConfig,
     /// The client's own runtime, which needs no connection of its own.
     home: runtime::Id,
+    /// The name each connection is given (`CLIENT SETNAME`), if any.
+    name: Option<Arc<str>>,
     runtimes: Mutex<Vec<Local>>,
 }
 
@@ -63,11 +65,17 @@ impl Drop for AliveGuard {
 
 impl LocalConnections {
     /// For calls made on current-thread runtimes other than `home`.
-    pub(crate) fn new(client: Client, config: AsyncConnectionConfig, home: runtime::Id) -> Self {
+    pub(crate) fn new(
+        client: Client,
+        config: AsyncConnectionConfig,
+        home: runtime::Id,
+        name: Option<Arc<str>>,
+    ) -> Self {
         LocalConnections {
             client,
             config,
             home,
+            name,
             runtimes: Mutex::new(Vec::new()),
         }
     }
@@ -132,10 +140,17 @@ impl LocalConnections {
             Next::Connect => {
                 let this: Weak<Self> = Arc::downgrade(self);
                 let (client, config) = (self.client.clone(), self.config.clone());
+                let name = self.name.clone();
                 drop(handle.spawn(async move {
-                    let made = client
+                    let mut made = client
                         .get_multiplexed_async_connection_with_config(&config)
                         .await;
+                    if let (Ok(connection), Some(name)) = (&mut made, name) {
+                        // A refusal (ACL) leaves the connection unnamed.
+                        let mut setname = redis::cmd("CLIENT");
+                        setname.arg("SETNAME").arg(&*name);
+                        let _ = setname.query_async::<()>(connection).await;
+                    }
                     if let Some(this) = this.upgrade() {
                         this.settle(runtime, made);
                     }

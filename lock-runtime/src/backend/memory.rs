@@ -78,4 +78,22 @@ impl MemoryBackend {
                 .collect()
         })
     }
+
+    /// The holder of `key` now: its owner id, remaining lease and token.
+    pub(crate) fn peek(&self, key: &str) -> Option<(String, Duration, u64)> {
+        let now = Instant::now();
+        self.with(|locks| match locks.get(key) {
+            Some(e) if e.expires > now => Some((e.owner.to_string(), e.expires - now, e.token)),
+            _ => None,
+        })
+    }
+
+    /// Frees `key` whoever holds it; the freed hold's token, if it was held.
+    pub(crate) fn force_free(&self, key: &str) -> Option<u64> {
+        let now = Instant::now();
+        self.with(|locks| match locks.remove(key) {
+            Some(e) if e.expires > now => Some(e.token),
+            _ => None,
+        })
+    }
 }

@@ -7,6 +7,7 @@
 //! `docs/redis-layout.md`); re-entry is decided in the process and never
 //! reaches a backend.
 
+mod admin;
 pub(crate) mod local;
 pub(crate) mod memory;
 pub(crate) mod redis;
@@ -37,11 +38,13 @@ pub(crate) enum BackendError {
 }
 
 impl BackendError {
-    /// The caller's error for this failure on the lock `key`.
-    pub(crate) fn on_key(self, key: &str) -> LockError {
+    /// The caller's error for this failure on the lock `key`, at `node`
+    /// (the client's place: its node's address, without credentials).
+    pub(crate) fn on_key(self, key: &str, node: &str) -> LockError {
         match self {
             BackendError::Redis(source) => LockError::Backend {
                 key: key.to_owned(),
+                node: node.to_owned(),
                 source,
             },
             BackendError::NoQuorum {

@@ -45,6 +45,10 @@ pub(crate) struct RedisConfig {
     /// Connection attempts after the first when (re)connecting, with
     /// backoff; 0 fails a command at once when its node refuses.
     pub retries: usize,
+    /// The name that the connections of callers' runtimes are given
+    /// (`CLIENT SETNAME`); the client's own connections are named by the
+    /// client (see `presence.rs`).
+    pub client_name: Option<Arc<str>>,
 }
 
 /// Two self-reconnecting connections: one for the scripts, one (RESP3) that
@@ -89,6 +93,7 @@ impl RedisBackend {
                 client.clone(),
                 local_config,
                 home.id(),
+                config.client_name.clone(),
             ))
         });
         let info = client.get_connection_info().clone();
@@ -129,6 +134,31 @@ impl RedisBackend {
             home,
             local,
         })
+    }
+
+    /// Names both connections (`CLIENT SETNAME`); the first error.
+    pub(crate) async fn set_name(&self, name: &str) -> Result<(), RedisError> {
+        let mut cmd = redis::cmd("CLIENT");
+        cmd.arg("SETNAME").arg(name);
+        let mut commands = self.commands.clone();
+        let mut pubsub = self.pubsub.clone();
+        let (a, b) = polled_on(&self.home, async {
+            tokio::join!(
+                cmd.query_async::<()>(&mut commands),
+                cmd.query_async::<()>(&mut pubsub)
+            )
+        })
+        .await;
+        a.and(b)
+    }
+
+    /// Runs `pipeline` on the client's command connection.
+    pub(crate) async fn query_pipeline<T: FromRedisValue>(
+        &self,
+        pipeline: &redis::Pipeline,
+    ) -> Result<T, RedisError> {
+        let mut con = self.commands.clone();
+        polled_on(&self.home, pipeline.query_async(&mut con)).await
     }
 
     /// The client's runtime, which drives its connections.
@@ -206,7 +236,7 @@ impl RedisBackend {
     /// The command is built in one buffer of about `args_size` bytes more
     /// than the fixed part, rather than through `ScriptInvocation`, which
     /// allocates every argument on its own: this is the hot path.
-    async fn eval<T: FromRedisValue>(
+    pub(crate) async fn eval<T: FromRedisValue>(
         &self,
         route: &Route,
         script: &Script,

@@ -65,7 +65,7 @@ impl RedlockBackend {
     }
 
     /// Runs `op` on every node at once, each within the node timeout.
-    async fn on_all<'a, T, F, Fut>(&'a self, op: F) -> Answers<T>
+    pub(crate) async fn on_all<'a, T, F, Fut>(&'a self, op: F) -> Answers<T>
     where
         F: Fn(&'a RedisBackend) -> Fut,
         Fut: Future<Output = Result<T, RedisError>> + 'a,
@@ -87,7 +87,7 @@ impl RedlockBackend {
     }
 
     /// The failures among `answers`, named by node.
-    fn failures<T>(&self, answers: Answers<T>) -> Vec<NodeFailure> {
+    pub(crate) fn failures<T>(&self, answers: Answers<T>) -> Vec<NodeFailure> {
         self.nodes
             .iter()
             .zip(answers)

@@ -109,7 +109,7 @@ async fn take(
                 });
             }
             Ok(Acquire::Held(ttl)) => telemetry::waiting(ttl, *attempts),
-            Err(source) => return Err(source.on_key(&key)),
+            Err(source) => return Err(source.on_key(&key, &inner.tag.place)),
         }
     }
 
@@ -155,6 +155,11 @@ impl Line<'_> {
             let notified = ticket.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            if inner.tag.life.is_closed() {
+                return Err(LockError::ShutDown {
+                    key: self.key.to_owned(),
+                });
+            }
             let head = ticket.is_head();
             if head {
                 let sent = Instant::now();
@@ -179,7 +184,9 @@ impl Line<'_> {
                             .checked_add(ttl)
                             .map_or(deadline, |at| at.min(deadline));
                     }
-                    Err(source) => return Err(source.on_key(self.key)),
+                    Err(source) => {
+                        return Err(source.on_key(self.key, &self.client.inner.tag.place))
+                    }
                 }
             }
             let now = Instant::now();

@@ -2,7 +2,7 @@
 //! while watching for loss, release. Each phase but the run has a module.
 
 mod acquire;
-mod release;
+pub(crate) mod release;
 
 use std::future::Future;
 use std::mem;
@@ -170,6 +170,14 @@ where
                 Phase::Acquiring(acquiring) => match ready!(acquiring.as_mut().poll(cx)) {
                     Ok(held) => {
                         let held = Arc::new(held);
+                        if client.inner.tag.life.is_closed() {
+                            // Taken while the client shut down: given back.
+                            let key = held.key.clone();
+                            release_later(client, held, Route::Home);
+                            *this.phase = Phase::Done;
+                            this.body.set(None);
+                            return Poll::Ready(Err(E::from(LockError::ShutDown { key })));
+                        }
                         client.inner.registry.register(held.clone());
                         *this.phase = Phase::Holding(Frame::Taken(held));
                     }
@@ -264,6 +272,9 @@ fn start<'a, T, E>(
         let outer = parent.expect("a held lock is in a chain");
         telemetry::reentered(options.label_name().unwrap_or(UNLABELLED));
         return Ok(Phase::Reentered(Frame::Reentered(Arc::new((held, outer)))));
+    }
+    if inner.tag.life.is_closed() {
+        return Err(LockError::ShutDown { key });
     }
     if ownership::held_elsewhere(&inner.tag, &key).is_some() {
         return Err(LockError::Invalid {

@@ -47,7 +47,7 @@ pub(crate) async fn release(client: &LockClient, held: &HeldLock, route: &Route)
         Ok(Release::Freed) => Released::Freed,
         Ok(Release::NotHeld) => Released::NotHeld,
         Err(error) => {
-            let error = error.on_key(&held.key);
+            let error = error.on_key(&held.key, &inner.tag.place);
             telemetry::release_failed(&held.key, &error);
             if cfg!(feature = "defect-ok-after-unknown-release") {
                 Released::Freed

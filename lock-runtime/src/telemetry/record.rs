@@ -68,6 +68,7 @@ pub(super) fn lost(label: &'static str, reason: LossReason, since: Instant) {
             LossReason::Taken => "taken",
             LossReason::Expired => "expired",
             LossReason::Unconfirmed => "unconfirmed",
+            LossReason::ShutDown => "shutdown",
         };
         ::metrics::counter!(LOSSES, LOCK => label, REASON => reason).increment(1);
         ::metrics::histogram!(HELD_SECONDS, LOCK => label).record(since.elapsed().as_secs_f64());

@@ -1,0 +1,255 @@
+//! The operator's side of the backends: read a lock as it is, free it
+//! whoever holds it, and keep the client's registry entry and connection
+//! names (see `presence.rs`). None of this is on a lock call's path.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use ::redis::{ErrorKind, RedisError, Script};
+
+use super::redis::RedisBackend;
+use super::redlock::RedlockBackend;
+use super::{millis, Backend, BackendError, Route};
+use crate::io::polled_on;
+use crate::presence::{ClientRecord, TTL};
+
+static INSPECT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/exclusive/inspect.lua")));
+static FORCE_UNLOCK: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/exclusive/force_unlock.lua")));
+
+/// What one node (or a Redlock quorum) keeps at a lock's key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NodeLock {
+    /// The last fencing token given for the key: the holder's, when held.
+    pub fence: u64,
+    /// The holder's owner id; `None` when the lock is free (a freed lock
+    /// keeps its fence until its lease ends).
+    pub owner: Option<String>,
+    /// How long the key lives on; `None` when it has no expiry.
+    pub ttl: Option<Duration>,
+}
+
+/// What the backend keeps at a lock's key: `None` when nothing.
+pub(crate) type LockView = Option<NodeLock>;
+
+/// A registry entry's fields, as stored.
+type Entry = HashMap<String, String>;
+
+impl Backend {
+    /// The lock at `key` (a full key) as the backend keeps it now; on
+    /// Redlock, as a quorum of the nodes keeps it.
+    pub(crate) async fn inspect(&self, key: &str) -> Result<LockView, BackendError> {
+        match self {
+            Backend::Redis(b) => Ok(inspect_node(b, key).await?),
+            Backend::Redlock(b) => polled_on(b.home(), inspect_quorum(b, key)).await,
+            Backend::Memory(b) => Ok(b.peek(key).map(|(owner, ttl, token)| NodeLock {
+                fence: token,
+                owner: Some(owner),
+                ttl: Some(ttl),
+            })),
+        }
+    }
+
+    /// Frees the lock at `key` whoever holds it, and publishes its release
+    /// (with `client_id` as the releasing client); the freed hold's fencing
+    /// token, or `None` when it was not held (on Redlock: by any node).
+    pub(crate) async fn force_unlock(
+        &self,
+        key: &str,
+        client_id: &str,
+    ) -> Result<Option<u64>, BackendError> {
+        match self {
+            Backend::Redis(b) => Ok(force_node(b, key, client_id).await?),
+            Backend::Redlock(b) => polled_on(b.home(), force_quorum(b, key, client_id)).await,
+            Backend::Memory(b) => Ok(b.force_free(key)),
+        }
+    }
+
+    /// Names the client's connections and writes its registry entry.
+    pub(crate) async fn announce(&self, record: &ClientRecord) -> Result<(), BackendError> {
+        match self {
+            Backend::Redis(b) => Ok(announce_node(b, record).await?),
+            Backend::Redlock(b) => {
+                let answers =
+                    polled_on(b.home(), b.on_all(|node| announce_node(node, record))).await;
+                if answers.iter().any(Result::is_ok) {
+                    return Ok(());
+                }
+                Err(BackendError::NoQuorum {
+                    needed: 1,
+                    reached: 0,
+                    failures: b.failures(answers),
+                })
+            }
+            Backend::Memory(_) => Ok(()),
+        }
+    }
+
+    /// Deletes the client's registry entry (it shut down).
+    pub(crate) async fn retire(&self, record: &ClientRecord) -> Result<(), BackendError> {
+        match self {
+            Backend::Redis(b) => Ok(retire_node(b, record).await?),
+            Backend::Redlock(b) => {
+                let _ = polled_on(b.home(), b.on_all(|node| retire_node(node, record))).await;
+                Ok(())
+            }
+            Backend::Memory(_) => Ok(()),
+        }
+    }
+
+    /// The registry entry at `key`, if there is one (on Redlock: the first
+    /// node that has it).
+    pub(crate) async fn client_entry(&self, key: &str) -> Result<Option<Entry>, BackendError> {
+        match self {
+            Backend::Redis(b) => Ok(entry_node(b, key).await?),
+            Backend::Redlock(b) => {
+                let answers = polled_on(b.home(), b.on_all(|node| entry_node(node, key))).await;
+                Ok(answers.into_iter().flatten().flatten().next())
+            }
+            Backend::Memory(_) => Ok(None),
+        }
+    }
+}
+
+async fn inspect_node(b: &RedisBackend, key: &str) -> Result<LockView, RedisError> {
+    let no_args: Vec<&str> = Vec::new();
+    let parts: Vec<String> = b.eval(&Route::Home, &INSPECT, key, no_args, 0).await?;
+    if parts.is_empty() {
+        return Ok(None);
+    }
+    let parsed = match parts.as_slice() {
+        [fence, state, owner, pttl] => {
+            fence
+                .parse()
+                .ok()
+                .zip(pttl.parse::<i64>().ok())
+                .map(|(fence, pttl)| NodeLock {
+                    fence,
+                    owner: (state != "f").then(|| owner.clone()),
+                    // -1: no expiry.
+                    ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+                })
+        }
+        _ => None,
+    };
+    parsed.map(Some).ok_or_else(|| {
+        RedisError::from((
+            ErrorKind::UnexpectedReturnType,
+            "inspect.lua answered something else than {fence, state, owner, pttl}",
+            format!("{parts:?}"),
+        ))
+    })
+}
+
+/// A Redlock lock is held by the owner that a quorum names, for as long as
+/// a quorum keeps it (the quorum-th longest TTL among them); otherwise free.
+/// The fence is the largest any node keeps.
+async fn inspect_quorum(b: &RedlockBackend, key: &str) -> Result<LockView, BackendError> {
+    let answers = b.on_all(|node| inspect_node(node, key)).await;
+    let views: Vec<&LockView> = answers.iter().flatten().collect();
+    if views.len() < b.quorum() {
+        return Err(BackendError::NoQuorum {
+            needed: b.quorum(),
+            reached: views.len(),
+            failures: b.failures(answers),
+        });
+    }
+    let kept: Vec<&NodeLock> = views.iter().filter_map(|v| v.as_ref()).collect();
+    let Some(fence) = kept.iter().map(|l| l.fence).max() else {
+        return Ok(None);
+    };
+    for candidate in kept.iter().filter_map(|l| l.owner.as_deref()) {
+        let mut ttls: Vec<Option<Duration>> = kept
+            .iter()
+            .filter(|l| l.owner.as_deref() == Some(candidate))
+            .map(|l| l.ttl)
+            .collect();
+        if ttls.len() >= b.quorum() {
+            // Longest first, no expiry longest of all.
+            ttls.sort_by(|x, y| y.unwrap_or(Duration::MAX).cmp(&x.unwrap_or(Duration::MAX)));
+            return Ok(Some(NodeLock {
+                fence,
+                owner: Some(candidate.to_owned()),
+                ttl: ttls[b.quorum() - 1],
+            }));
+        }
+    }
+    Ok(Some(NodeLock {
+        fence,
+        owner: None,
+        ttl: None,
+    }))
+}
+
+async fn force_node(
+    b: &RedisBackend,
+    key: &str,
+    client_id: &str,
+) -> Result<Option<u64>, RedisError> {
+    let token: u64 = b
+        .eval(&Route::Home, &FORCE_UNLOCK, key, client_id, client_id.len())
+        .await?;
+    Ok((token > 0).then_some(token))
+}
+
+/// Frees the lock on every node that answers; a quorum must answer.
+async fn force_quorum(
+    b: &RedlockBackend,
+    key: &str,
+    client_id: &str,
+) -> Result<Option<u64>, BackendError> {
+    let answers = b.on_all(|node| force_node(node, key, client_id)).await;
+    let answered = answers.iter().filter(|a| a.is_ok()).count();
+    if answered < b.quorum() {
+        return Err(BackendError::NoQuorum {
+            needed: b.quorum(),
+            reached: answered,
+            failures: b.failures(answers),
+        });
+    }
+    Ok(answers.into_iter().flatten().flatten().max())
+}
+
+async fn announce_node(b: &RedisBackend, record: &ClientRecord) -> Result<(), RedisError> {
+    if record.names_connections() {
+        if let Err(error) = b.set_name(&record.name).await {
+            if !record.setname_failed(&error) {
+                // A connection being remade: try again soon.
+                return Err(error);
+            }
+        }
+    }
+    if !record.writes_entry() {
+        return Ok(());
+    }
+    let mut pipeline = ::redis::pipe();
+    pipeline.atomic().cmd("HSET").arg(&record.key);
+    for (field, value) in record.fields() {
+        pipeline.arg(field).arg(value);
+    }
+    pipeline
+        .ignore()
+        .cmd("PEXPIRE")
+        .arg(&record.key)
+        .arg(millis(TTL))
+        .ignore();
+    match b.query_pipeline(&pipeline).await {
+        Err(error) if record.entry_failed(&error) => Ok(()),
+        answer => answer,
+    }
+}
+
+async fn retire_node(b: &RedisBackend, record: &ClientRecord) -> Result<(), RedisError> {
+    let mut pipeline = ::redis::pipe();
+    pipeline.cmd("DEL").arg(&record.key).ignore();
+    b.query_pipeline(&pipeline).await
+}
+
+async fn entry_node(b: &RedisBackend, key: &str) -> Result<Option<Entry>, RedisError> {
+    let mut pipeline = ::redis::pipe();
+    pipeline.cmd("HGETALL").arg(key);
+    let (entry,): (Entry,) = b.query_pipeline(&pipeline).await?;
+    Ok((!entry.is_empty()).then_some(entry))
+}

@@ -1,0 +1,29 @@
+-- Free a lock whoever holds it (an operator's force-unlock).
+-- KEYS[1]  the lock (see acquire.lua)
+-- ARGV[1]  the id of the client that forces it, for the release notice
+-- The freed lock keeps its fence and the rest of its lease as its expiry,
+-- as after a release, so fencing tokens never go back.
+-- When it was held, publishes `ARGV[1]:<fence>` on the channel named KEYS[1],
+-- whether or not a caller found it held (a waiter may have marked it `w` on
+-- another node, or be about to): waiters in every process wake at once.
+-- Returns the fencing token of the hold it freed (> 0), or 0 when the lock
+-- was free or absent: nothing changed.
+-- Errors with LOCKLAYOUT when the key holds anything else.
+local key = KEYS[1]
+local value = redis.pcall('get', key)
+if not value then
+  return 0
+end
+local fence, state
+if type(value) == 'string' then
+  fence, state = string.match(value, '^L1:(%d+):(%a):')
+end
+if not fence then
+  return redis.error_reply('LOCKLAYOUT ' .. key .. ' holds no lock of layout 1 (an older lock-runtime, another library, or not a lock)')
+end
+if state == 'f' then
+  return 0
+end
+redis.call('set', key, 'L1:' .. fence .. ':f:', 'keepttl')
+redis.call('publish', key, ARGV[1] .. ':' .. fence)
+return tonumber(fence)

@@ -15,6 +15,7 @@ use crate::options::LockOptions;
 use crate::owner_id::ClientTag;
 use crate::replica_sync::ReplicaSync;
 use crate::subscriptions::Subscriptions;
+use crate::tls::TlsOptions;
 use crate::wakeup::Waiters;
 use crate::watchdog::{self, Registry};
 
@@ -80,6 +81,8 @@ pub struct LockClientBuilder {
     renewal_batch: usize,
     on_current_runtime: bool,
     sync_replicas: Option<ReplicaSync>,
+    /// See the TLS options in `tls.rs`.
+    pub(crate) tls: TlsOptions,
 }
 
 impl Default for LockClientBuilder {
@@ -95,6 +98,7 @@ impl Default for LockClientBuilder {
             renewal_batch: 512,
             on_current_runtime: false,
             sync_replicas: None,
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -278,10 +282,12 @@ impl LockClientBuilder {
             }
         };
         let connect_timeout = self.connect_timeout;
+        let tls = self.tls.load().map_err(LockError::Connect)?;
         let config = RedisConfig {
             connect_timeout,
             command_timeout: self.command_timeout,
             retries: 2,
+            tls: tls.clone(),
         };
         // A Redlock node that is down must cost at most its timeout, and
         // fail at once when it refuses connections.
@@ -289,18 +295,22 @@ impl LockClientBuilder {
             connect_timeout: self.node_timeout,
             command_timeout: self.node_timeout,
             retries: 0,
+            tls,
         };
         let (node_timeout, drift_factor) = (self.node_timeout, self.drift_factor);
         // Eager connections; connections of the callers' runtimes unless the
         // client already runs on the caller's runtime.
         let modes = (false, !self.on_current_runtime);
         let client_id = id.clone();
+        let waited_on = place.clone();
         let connecting = io.spawn(async move {
             let connecting = async {
                 match target {
                     Target::One(url) => {
                         let backend =
-                            RedisBackend::connect(&url, &config, client_id, on_push, modes).await?;
+                            RedisBackend::connect(&url, &config, client_id, on_push, modes)
+                                .await
+                                .map_err(|e| at_node(&url, e))?;
                         Ok(Backend::Redis(backend))
                     }
                     Target::Quorum(urls) => {
@@ -315,7 +325,8 @@ impl LockClientBuilder {
                                 on_push,
                                 (true, false),
                             )
-                            .await?;
+                            .await
+                            .map_err(|e| at_node(&url, e))?;
                             let name = node_name(&url);
                             nodes.push(Node { name, backend });
                         }
@@ -330,6 +341,7 @@ impl LockClientBuilder {
                 Err(_) => Err(BackendError::Redis(redis::RedisError::from((
                     redis::ErrorKind::Io,
                     "connect timed out",
+                    format!("{waited_on}, after {connect_timeout:?}"),
                 )))),
             }
         });
@@ -418,7 +430,7 @@ impl Target {
 
 /// A node's address and database without credentials, for error messages
 /// (and to tell nodes apart).
-fn node_name(url: &str) -> Arc<str> {
+pub(crate) fn node_name(url: &str) -> Arc<str> {
     match redis::Client::open(url) {
         Ok(client) => {
             let info = client.get_connection_info();
@@ -429,6 +441,19 @@ fn node_name(url: &str) -> Arc<str> {
         }
         Err(_) => url.split('@').next_back().unwrap_or_default().into(),
     }
+}
+
+/// `error`, met connecting to `url`, with the node named (without
+/// credentials) and its kind kept.
+fn at_node(url: &str, error: redis::RedisError) -> redis::RedisError {
+    let detail = format!("{}: {error}", node_name(url));
+    let what = match error.kind() {
+        redis::ErrorKind::Io => "connection failed",
+        redis::ErrorKind::AuthenticationFailed => "authentication failed",
+        redis::ErrorKind::InvalidClientConfig => "invalid options",
+        _ => "refused",
+    };
+    redis::RedisError::from((error.kind(), what, detail))
 }
 
 /// The error of a failed connect.

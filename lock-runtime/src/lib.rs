@@ -97,6 +97,7 @@ mod ownership;
 mod private;
 mod replica_sync;
 mod subscriptions;
+mod tls;
 mod wakeup;
 mod watchdog;
 

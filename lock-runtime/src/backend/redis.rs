@@ -14,6 +14,7 @@ use tokio::runtime::Handle;
 use super::local::LocalConnections;
 use super::{millis, Acquire, Release, RenewItem, Renewal, Route};
 use crate::io::polled_on;
+use crate::tls::TlsConfig;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(&acquire_source()));
 static RELEASE: LazyLock<Script> =
@@ -45,6 +46,8 @@ pub(crate) struct RedisConfig {
     /// Connection attempts after the first when (re)connecting, with
     /// backoff; 0 fails a command at once when its node refuses.
     pub retries: usize,
+    /// The client's TLS options, for `rediss://` URLs.
+    pub tls: TlsConfig,
 }
 
 /// Two self-reconnecting connections: one for the scripts, one (RESP3) that
@@ -79,7 +82,7 @@ impl RedisBackend {
         on_push: impl Fn(PushInfo) + Send + Sync + 'static,
         (lazy, local): (bool, bool),
     ) -> Result<Self, RedisError> {
-        let client = Client::open(url)?;
+        let client = config.tls.client(url)?;
         let home = Handle::current();
         let local = local.then(|| {
             let local_config = AsyncConnectionConfig::new()

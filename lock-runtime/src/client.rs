@@ -449,7 +449,10 @@ fn at_node(url: &str, error: redis::RedisError) -> redis::RedisError {
     let detail = format!("{}: {error}", node_name(url));
     let what = match error.kind() {
         redis::ErrorKind::Io => "connection failed",
-        redis::ErrorKind::AuthenticationFailed => "authentication failed",
+        // redis-rs may keep only its own words for the server's WRONGPASS.
+        redis::ErrorKind::AuthenticationFailed => {
+            "authentication failed (WRONGPASS: wrong user name or password, or user disabled)"
+        }
         redis::ErrorKind::InvalidClientConfig => "invalid options",
         _ => "refused",
     };

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{self as redis_backend, RedisBackend, RedisConfig};
 use crate::backend::redlock::{Node, RedlockBackend};
+use crate::backend::target::Expected;
 use crate::backend::{Backend, BackendError};
 use crate::error::LockError;
 use crate::io::Io;
@@ -311,6 +312,8 @@ impl LockClientBuilder {
                             RedisBackend::connect(&url, &config, client_id, on_push, modes)
                                 .await
                                 .map_err(|e| at_node(&url, e))?;
+                        let node = node_name(&url);
+                        backend.check_target(&node, Expected::Single).await?;
                         Ok(Backend::Redis(backend))
                     }
                     Target::Quorum(urls) => {

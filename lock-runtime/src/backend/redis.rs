@@ -266,10 +266,16 @@ impl RedisBackend {
         polled_on(&self.home, con.unsubscribe(key)).await
     }
 
-    /// Whether the node answers PING.
-    pub(crate) async fn ping(&self) -> Result<(), RedisError> {
+    /// Whether the node can hold locks: a master outside a cluster (see
+    /// [`target`](super::target)); `node` names it in the error.
+    pub(crate) async fn check_target(
+        &self,
+        node: &str,
+        expected: super::target::Expected,
+    ) -> Result<(), RedisError> {
         let mut con = self.commands.clone();
-        polled_on(&self.home, redis::cmd("PING").query_async(&mut con)).await
+        let check = super::target::check(&mut con, node, expected);
+        polled_on(&self.home, check).await
     }
 }
 

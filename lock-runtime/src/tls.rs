@@ -120,7 +120,7 @@ impl TlsConfig {
     pub(crate) fn client(&self, url: &str) -> Result<Client, RedisError> {
         let tls = url.starts_with("rediss://");
         if tls {
-            install_crypto_provider();
+            install_crypto_provider()?;
         }
         if !self.is_set() {
             return Client::open(url);
@@ -170,14 +170,27 @@ impl TlsConfig {
 /// installed already (by the application, or by another client). Losing a
 /// race with another thread that installs one is fine: one is installed.
 #[cfg(feature = "tls-rustls")]
-fn install_crypto_provider() {
+fn install_crypto_provider() -> Result<(), RedisError> {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
+    Ok(())
 }
 
-#[cfg(not(feature = "tls-rustls"))]
-fn install_crypto_provider() {}
+/// Nothing to install with native-tls.
+#[cfg(all(feature = "tls-native-tls", not(feature = "tls-rustls")))]
+fn install_crypto_provider() -> Result<(), RedisError> {
+    Ok(())
+}
+
+/// Without a TLS feature, `rediss://` cannot work: say which to turn on.
+#[cfg(not(any(feature = "tls-rustls", feature = "tls-native-tls")))]
+fn install_crypto_provider() -> Result<(), RedisError> {
+    Err(RedisError::from((
+        ErrorKind::InvalidClientConfig,
+        "`rediss://` URLs need the feature `tls-rustls` (or `tls-native-tls`) of lock-runtime",
+    )))
+}
 
 /// TLS options; they apply to every connection the client makes (the node,
 /// each Redlock node). They need `rediss://` URLs and the feature
@@ -220,5 +233,44 @@ impl LockClientBuilder {
         let cert = Pem::File(cert.as_ref().to_owned());
         self.tls.client_cert = Some((cert, Pem::File(key.as_ref().to_owned())));
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_options_with_a_plain_url_are_refused() {
+        let options = LockClientBuilder::default().tls_ca_pem("not read yet");
+        let config = options.tls.load().expect("bytes need no reading");
+        let error = config.client("redis://:secret@127.0.0.1:1").unwrap_err();
+        let shown = error.to_string();
+        assert!(shown.contains("rediss://"), "{shown}");
+        assert!(!shown.contains("secret"), "{shown}");
+    }
+
+    #[test]
+    fn a_missing_file_is_named() {
+        let options =
+            LockClientBuilder::default().tls_client_cert_files("/no/cert.pem", "/no/key.pem");
+        let error = options.tls.load().err().expect("no such file");
+        assert!(error.to_string().contains("/no/cert.pem"), "{error}");
+    }
+
+    #[test]
+    fn debug_never_shows_a_key() {
+        let options = LockClientBuilder::default().tls_client_cert_pem("CERT", "PRIVATE-KEY-BYTES");
+        let shown = format!("{options:?}");
+        assert!(!shown.contains("PRIVATE-KEY-BYTES"), "{shown}");
+    }
+
+    #[cfg(not(any(feature = "tls-rustls", feature = "tls-native-tls")))]
+    #[test]
+    fn rediss_without_a_tls_feature_names_the_feature() {
+        let error = TlsConfig::default()
+            .client("rediss://127.0.0.1:1")
+            .unwrap_err();
+        assert!(error.to_string().contains("tls-rustls"), "{error}");
     }
 }

@@ -211,11 +211,17 @@ impl LockClientBuilder {
     /// Connects to one Redis node: `redis://host:port/db`, `rediss://...`
     /// (TLS, with the feature `tls-rustls` or `tls-native-tls`) or
     /// `unix:///path/to/redis.sock`. Needs Redis 6 or later (RESP3 carries
-    /// the release notifications).
+    /// the release notifications). With `tls-rustls`, the first `rediss://`
+    /// connect installs rustls's `ring` crypto provider as the process
+    /// default if none is installed: an application with its own provider
+    /// installs it before connecting. The node must be a master outside a
+    /// cluster.
     ///
     /// # Errors
-    /// [`LockError::Connect`] when the URL is invalid or Redis cannot be
-    /// reached within the connect timeout.
+    /// [`LockError::Connect`] when the URL is invalid, Redis cannot be
+    /// reached within the connect timeout, refuses the client (a wrong
+    /// password, TLS) or is a replica, a sentinel or a Cluster node; its
+    /// message names the node (without credentials) and the cause.
     pub async fn connect(self, url: &str) -> Result<LockClient, LockError> {
         self.connect_to(Target::One(url.to_owned())).await
     }

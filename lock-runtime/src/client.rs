@@ -9,6 +9,7 @@ use crate::announce;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{self as redis_backend, RedisBackend, RedisConfig};
 use crate::backend::redlock::{Node, RedlockBackend};
+use crate::backend::target::Expected;
 use crate::backend::{Backend, BackendError};
 use crate::error::LockError;
 use crate::io::Io;
@@ -17,6 +18,7 @@ use crate::owner_id::ClientTag;
 use crate::presence::ClientRecord;
 use crate::replica_sync::ReplicaSync;
 use crate::subscriptions::Subscriptions;
+use crate::tls::TlsOptions;
 use crate::wakeup::Waiters;
 use crate::watchdog::{self, Registry};
 
@@ -107,6 +109,8 @@ pub struct LockClientBuilder {
     sync_replicas: Option<ReplicaSync>,
     client_name: Option<String>,
     lazy_connect: bool,
+    /// See the TLS options in `tls.rs`.
+    pub(crate) tls: TlsOptions,
 }
 
 impl Default for LockClientBuilder {
@@ -124,6 +128,7 @@ impl Default for LockClientBuilder {
             sync_replicas: None,
             client_name: None,
             lazy_connect: false,
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -262,11 +267,17 @@ impl LockClientBuilder {
     /// Connects to one Redis node: `redis://host:port/db`, `rediss://...`
     /// (TLS, with the feature `tls-rustls` or `tls-native-tls`) or
     /// `unix:///path/to/redis.sock`. Needs Redis 6 or later (RESP3 carries
-    /// the release notifications).
+    /// the release notifications). With `tls-rustls`, the first `rediss://`
+    /// connect installs rustls's `ring` crypto provider as the process
+    /// default if none is installed: an application with its own provider
+    /// installs it before connecting. The node must be a master outside a
+    /// cluster.
     ///
     /// # Errors
-    /// [`LockError::Connect`] when the URL is invalid or Redis cannot be
-    /// reached within the connect timeout.
+    /// [`LockError::Connect`] when the URL is invalid, Redis cannot be
+    /// reached within the connect timeout, refuses the client (a wrong
+    /// password, TLS) or is a replica, a sentinel or a Cluster node; its
+    /// message names the node (without credentials) and the cause.
     pub async fn connect(self, url: &str) -> Result<LockClient, LockError> {
         self.connect_to(Target::One(url.to_owned())).await
     }
@@ -342,11 +353,13 @@ impl LockClientBuilder {
             }
         };
         let connect_timeout = self.connect_timeout;
+        let tls = self.tls.load().map_err(LockError::Connect)?;
         let config = RedisConfig {
             connect_timeout,
             command_timeout: self.command_timeout,
             retries: 2,
             client_name: Some(record.name.clone()),
+            tls: tls.clone(),
         };
         // A Redlock node that is down must cost at most its timeout, and
         // fail at once when it refuses connections.
@@ -355,6 +368,7 @@ impl LockClientBuilder {
             command_timeout: self.node_timeout,
             retries: 0,
             client_name: Some(record.name.clone()),
+            tls,
         };
         let (node_timeout, drift_factor) = (self.node_timeout, self.drift_factor);
         // Eager connections; connections of the callers' runtimes unless the
@@ -362,12 +376,19 @@ impl LockClientBuilder {
         let lazy = self.lazy_connect;
         let modes = (lazy, !self.on_current_runtime);
         let client_id = id.clone();
+        let waited_on = place.clone();
         let connecting = io.spawn(async move {
             let connecting = async {
                 match target {
                     Target::One(url) => {
                         let backend =
-                            RedisBackend::connect(&url, &config, client_id, on_push, modes).await?;
+                            RedisBackend::connect(&url, &config, client_id, on_push, modes)
+                                .await
+                                .map_err(|e| at_node(&url, e))?;
+                        if !lazy {
+                            let node = node_name(&url);
+                            backend.check_target(&node, Expected::Single).await?;
+                        }
                         Ok(Backend::Redis(backend))
                     }
                     Target::Quorum(urls) => {
@@ -382,7 +403,8 @@ impl LockClientBuilder {
                                 on_push,
                                 (true, false),
                             )
-                            .await?;
+                            .await
+                            .map_err(|e| at_node(&url, e))?;
                             let name = node_name(&url);
                             nodes.push(Node { name, backend });
                         }
@@ -399,6 +421,7 @@ impl LockClientBuilder {
                 Err(_) => Err(BackendError::Redis(redis::RedisError::from((
                     redis::ErrorKind::Io,
                     "connect timed out",
+                    format!("{waited_on}, after {connect_timeout:?}"),
                 )))),
             }
         });
@@ -514,7 +537,7 @@ impl Target {
 
 /// A node's address and database without credentials, for error messages
 /// (and to tell nodes apart).
-fn node_name(url: &str) -> Arc<str> {
+pub(crate) fn node_name(url: &str) -> Arc<str> {
     match redis::Client::open(url) {
         Ok(client) => {
             let info = client.get_connection_info();
@@ -525,6 +548,22 @@ fn node_name(url: &str) -> Arc<str> {
         }
         Err(_) => url.split('@').next_back().unwrap_or_default().into(),
     }
+}
+
+/// `error`, met connecting to `url`, with the node named (without
+/// credentials) and its kind kept.
+fn at_node(url: &str, error: redis::RedisError) -> redis::RedisError {
+    let detail = format!("{}: {error}", node_name(url));
+    let what = match error.kind() {
+        redis::ErrorKind::Io => "connection failed",
+        // redis-rs may keep only its own words for the server's WRONGPASS.
+        redis::ErrorKind::AuthenticationFailed => {
+            "authentication failed (WRONGPASS: wrong user name or password, or user disabled)"
+        }
+        redis::ErrorKind::InvalidClientConfig => "invalid options",
+        _ => "refused",
+    };
+    redis::RedisError::from((error.kind(), what, detail))
 }
 
 /// The error of a failed connect.

@@ -94,8 +94,9 @@ pub enum LockError {
         key: String,
     },
 
-    /// The client could not connect to or talk to Redis.
-    #[error("cannot connect to Redis")]
+    /// The client could not connect to or talk to Redis. The message names
+    /// the node (without credentials) and the cause.
+    #[error("cannot connect to Redis: {0}")]
     Connect(#[source] redis::RedisError),
 
     /// A key or an option was not valid at run time (for example an empty key

@@ -146,6 +146,7 @@ mod replica_sync;
 mod shutdown;
 mod subscriptions;
 mod telemetry;
+mod tls;
 mod wakeup;
 mod watchdog;
 

@@ -9,6 +9,11 @@
 //! keys one at a time, so a subscribe and an unsubscribe of one key never
 //! cross; a waiter cancelled meanwhile leaves no subscription behind, since
 //! the task looks at who waits when it comes to the key.
+//!
+//! A subscription the server refuses for want of rights (`NOPERM`: an ACL
+//! user without the channel, as Redis 7 creates users by default) is not
+//! retried: the key's waiters wait for the holder's lease instead, still
+//! within their `wait`. The task warns once.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Weak};
@@ -16,7 +21,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, BackendError};
 use crate::io::Io;
 use crate::wakeup::Waiters;
 
@@ -54,6 +59,7 @@ async fn run(
     waiters: Weak<Waiters>,
 ) {
     let mut subscribed = HashSet::new();
+    let mut warned = false;
     while let Some(key) = queue.recv().await {
         let Some(waited) = waiters.upgrade().map(|w| w.is_waited(&key)) else {
             return;
@@ -72,6 +78,19 @@ async fn run(
             Ok(()) => {
                 subscribed.insert(key);
             }
+            Err(error) if refused(&error) => {
+                // Retrying would be refused again: the waiters wait on the
+                // holder's lease.
+                if !std::mem::replace(&mut warned, true) {
+                    tracing::warn!(
+                        %error,
+                        key = &*key,
+                        "the Redis user may not subscribe to release channels (it needs \
+                         the channel rights `&<prefix>*`): waiters wake when the holder's \
+                         lease ends rather than at its release"
+                    );
+                }
+            }
             Err(error) => {
                 // The waiters fall back to the holder's expiry meanwhile.
                 tracing::debug!(%error, key = &*key, "subscribe failed; retrying");
@@ -81,6 +100,18 @@ async fn run(
                     again.changed(&key);
                 });
             }
+        }
+    }
+}
+
+/// Whether a subscribe failed for want of rights (NOPERM), on the node or
+/// on every Redlock node that answered.
+fn refused(error: &BackendError) -> bool {
+    let noperm = |e: &redis::RedisError| e.code() == Some("NOPERM");
+    match error {
+        BackendError::Redis(e) => noperm(e),
+        BackendError::NoQuorum { failures, .. } => {
+            !failures.is_empty() && failures.iter().all(|f| noperm(&f.error))
         }
     }
 }

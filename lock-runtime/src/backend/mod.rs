@@ -12,6 +12,7 @@ pub(crate) mod local;
 pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod redlock;
+pub(crate) mod target;
 
 use std::time::Duration;
 

@@ -14,6 +14,7 @@ use tokio::runtime::Handle;
 use super::local::LocalConnections;
 use super::{millis, Acquire, Release, RenewItem, Renewal, Route};
 use crate::io::polled_on;
+use crate::tls::TlsConfig;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(&acquire_source()));
 static RELEASE: LazyLock<Script> =
@@ -49,6 +50,8 @@ pub(crate) struct RedisConfig {
     /// (`CLIENT SETNAME`); the client's own connections are named by the
     /// client (see `presence.rs`).
     pub client_name: Option<Arc<str>>,
+    /// The client's TLS options, for `rediss://` URLs.
+    pub tls: TlsConfig,
 }
 
 /// Two self-reconnecting connections: one for the scripts, one (RESP3) that
@@ -83,7 +86,7 @@ impl RedisBackend {
         on_push: impl Fn(PushInfo) + Send + Sync + 'static,
         (lazy, local): (bool, bool),
     ) -> Result<Self, RedisError> {
-        let client = Client::open(url)?;
+        let client = config.tls.client(url)?;
         let home = Handle::current();
         let local = local.then(|| {
             let local_config = AsyncConnectionConfig::new()
@@ -293,10 +296,16 @@ impl RedisBackend {
         polled_on(&self.home, con.unsubscribe(key)).await
     }
 
-    /// Whether the node answers PING.
-    pub(crate) async fn ping(&self) -> Result<(), RedisError> {
+    /// Whether the node can hold locks: a master outside a cluster (see
+    /// [`target`](super::target)); `node` names it in the error.
+    pub(crate) async fn check_target(
+        &self,
+        node: &str,
+        expected: super::target::Expected,
+    ) -> Result<(), RedisError> {
         let mut con = self.commands.clone();
-        polled_on(&self.home, redis::cmd("PING").query_async(&mut con)).await
+        let check = super::target::check(&mut con, node, expected);
+        polled_on(&self.home, check).await
     }
 }
 

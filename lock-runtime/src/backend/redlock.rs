@@ -17,10 +17,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::RedisError;
+use redis::{ErrorKind, RedisError};
 use tokio::time::Instant;
 
 use super::redis::RedisBackend;
+use super::target::Expected;
 use super::{Acquire, BackendError, Release, RenewItem, Renewal, Route};
 use crate::error::NodeFailure;
 
@@ -70,9 +71,18 @@ impl RedlockBackend {
         F: Fn(&'a RedisBackend) -> Fut,
         Fut: Future<Output = Result<T, RedisError>> + 'a,
     {
+        self.on_all_named(|node, _| op(node)).await
+    }
+
+    /// As [`on_all`](Self::on_all), with each node's name.
+    async fn on_all_named<'a, T, F, Fut>(&'a self, op: F) -> Answers<T>
+    where
+        F: Fn(&'a RedisBackend, &'a str) -> Fut,
+        Fut: Future<Output = Result<T, RedisError>> + 'a,
+    {
         let timeout = self.node_timeout;
         let calls = self.nodes.iter().map(|node| {
-            let call = op(&node.backend);
+            let call = op(&node.backend, &node.name);
             async move {
                 match tokio::time::timeout(timeout, call).await {
                     Ok(answer) => answer,
@@ -264,9 +274,21 @@ impl RedlockBackend {
         Ok(())
     }
 
-    /// Pings every node; at least a quorum must answer.
+    /// Checks every node (see [`target`](super::target)): at least a quorum
+    /// must answer, and every node that answers must be a master outside a
+    /// cluster.
     pub(crate) async fn check(&self) -> Result<(), BackendError> {
-        let answers = self.on_all(|node| node.ping()).await;
+        let answers = self
+            .on_all_named(|node, name| node.check_target(name, Expected::RedlockNode))
+            .await;
+        let wrong = answers.iter().find_map(|a| {
+            a.as_ref()
+                .err()
+                .filter(|e| e.kind() == ErrorKind::InvalidClientConfig)
+        });
+        if let Some(wrong) = wrong {
+            return Err(BackendError::Redis(wrong.clone()));
+        }
         let answered = answers.iter().filter(|a| a.is_ok()).count();
         if answered >= self.quorum() {
             return Ok(());

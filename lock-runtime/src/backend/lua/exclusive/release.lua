@@ -6,7 +6,8 @@
 --          nodes (Redlock) wakes once
 -- The freed lock keeps its fence and the rest of its lease as its expiry.
 -- When freed, publishes `ARGV[2]:ARGV[3]` on the channel named KEYS[1] if a
--- caller found the lock held (uncontended releases publish nothing).
+-- caller found the lock held (uncontended releases publish nothing); a
+-- publish refused (NOPERM: no rights on the channel) is ignored.
 -- Returns 1 when the lock was freed,
 -- -1 when ARGV[1] did not hold it (it expired or was taken): nothing changed.
 -- Errors with LOCKLAYOUT when the key holds anything else.
@@ -27,6 +28,8 @@ if state == 'f' or holder ~= ARGV[1] then
 end
 redis.call('set', key, 'L1:' .. fence .. ':f:', 'keepttl')
 if state == 'w' then
-  redis.call('publish', key, ARGV[2] .. ':' .. ARGV[3])
+  -- pcall: the lock is freed now, whatever the publish does; a user without
+  -- rights on the channel (NOPERM) must not make the release look failed.
+  redis.pcall('publish', key, ARGV[2] .. ':' .. ARGV[3])
 end
 return 1

@@ -1,0 +1,276 @@
+//! TLS for every connection a client makes: the builder's options (a CA
+//! bundle, a client certificate for mTLS) and how a `redis::Client` is
+//! opened with them.
+//!
+//! The builder keeps [`TlsOptions`] (PEM bytes or file paths, nothing read
+//! yet). At connect, [`TlsOptions::load`] reads the files once and gives a
+//! [`TlsConfig`], which every backend uses to open its clients:
+//!
+//! - one node and each Redlock node: [`TlsConfig::client`] per URL;
+//! - Sentinel: [`TlsConfig::client`] for each sentinel URL and for the
+//!   master it names (or [`TlsConfig::certificates`] for redis-rs's
+//!   `SentinelClient`, which takes `TlsCertificates` in its node settings);
+//! - Cluster: [`TlsConfig::certificates`] for
+//!   `redis::cluster::ClusterClientBuilder::certs`.
+//!
+//! With the feature `tls-rustls`, [`TlsConfig::client`] also installs
+//! rustls's `ring` crypto provider as the process default when a `rediss://`
+//! URL is opened and no provider is installed yet (redis-rs needs one, and
+//! panics on the connection's thread without it). An application that
+//! installs its own provider before connecting keeps it.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use redis::{Client, ErrorKind, IntoConnectionInfo, RedisError};
+
+use crate::client::LockClientBuilder;
+
+/// PEM text, given as bytes or read from a file at connect.
+#[derive(Clone)]
+enum Pem {
+    Bytes(Arc<[u8]>),
+    File(PathBuf),
+}
+
+impl Pem {
+    fn read(&self) -> Result<Arc<[u8]>, RedisError> {
+        match self {
+            Pem::Bytes(bytes) => Ok(bytes.clone()),
+            Pem::File(path) => std::fs::read(path).map(Into::into).map_err(|e| {
+                RedisError::from((
+                    ErrorKind::InvalidClientConfig,
+                    "cannot read a TLS file",
+                    format!("{}: {e}", path.display()),
+                ))
+            }),
+        }
+    }
+}
+
+impl fmt::Debug for Pem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            // Never the contents: a client key is a secret.
+            Pem::Bytes(bytes) => write!(f, "<{} bytes of PEM>", bytes.len()),
+            Pem::File(path) => fmt::Debug::fmt(path, f),
+        }
+    }
+}
+
+/// The builder's TLS options, not read yet.
+#[derive(Clone, Default, Debug)]
+pub(crate) struct TlsOptions {
+    ca: Option<Pem>,
+    /// The client certificate (chain) and its private key.
+    client_cert: Option<(Pem, Pem)>,
+}
+
+impl TlsOptions {
+    /// Reads the files the options name.
+    ///
+    /// # Errors
+    /// A file that cannot be read, named by its path.
+    pub(crate) fn load(&self) -> Result<TlsConfig, RedisError> {
+        let root_cert = self.ca.as_ref().map(Pem::read).transpose()?;
+        let client_cert = match &self.client_cert {
+            Some((cert, key)) => Some(ClientCert {
+                cert: cert.read()?,
+                key: key.read()?,
+            }),
+            None => None,
+        };
+        Ok(TlsConfig {
+            root_cert,
+            client_cert,
+        })
+    }
+}
+
+/// TLS material read at connect, shared by every connection of a client.
+#[derive(Clone, Default)]
+pub(crate) struct TlsConfig {
+    root_cert: Option<Arc<[u8]>>,
+    client_cert: Option<ClientCert>,
+}
+
+/// A client certificate (chain) and its private key, in PEM.
+#[derive(Clone)]
+#[cfg_attr(
+    not(any(feature = "tls-rustls", feature = "tls-native-tls")),
+    allow(dead_code)
+)]
+struct ClientCert {
+    cert: Arc<[u8]>,
+    key: Arc<[u8]>,
+}
+
+impl TlsConfig {
+    /// Whether the client was given a CA bundle or a client certificate.
+    pub(crate) fn is_set(&self) -> bool {
+        self.root_cert.is_some() || self.client_cert.is_some()
+    }
+
+    /// A `redis::Client` for `url` with these options.
+    ///
+    /// # Errors
+    /// An invalid URL; TLS options with a URL that is not `rediss://`, or
+    /// without a TLS feature; a PEM that does not parse.
+    pub(crate) fn client(&self, url: &str) -> Result<Client, RedisError> {
+        let tls = url.starts_with("rediss://");
+        if tls {
+            install_crypto_provider()?;
+        }
+        if !self.is_set() {
+            return Client::open(url);
+        }
+        if !tls {
+            return Err(RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "TLS options (a CA bundle or a client certificate) need `rediss://` URLs",
+                crate::client::node_name(url).to_string(),
+            )));
+        }
+        self.build(url.into_connection_info()?)
+    }
+
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+    fn build(&self, info: redis::ConnectionInfo) -> Result<Client, RedisError> {
+        Client::build_with_tls(info, self.certificates())
+    }
+
+    #[cfg(not(any(feature = "tls-rustls", feature = "tls-native-tls")))]
+    fn build(&self, _info: redis::ConnectionInfo) -> Result<Client, RedisError> {
+        Err(RedisError::from((
+            ErrorKind::InvalidClientConfig,
+            "TLS options need the feature `tls-rustls` (or `tls-native-tls`) of lock-runtime",
+        )))
+    }
+
+    /// The options in redis-rs's form, for the backends that take them
+    /// rather than a `Client` (Cluster, Sentinel).
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+    #[allow(dead_code)] // Used by the Cluster and Sentinel backends.
+    pub(crate) fn certificates(&self) -> redis::TlsCertificates {
+        redis::TlsCertificates {
+            client_tls: self
+                .client_cert
+                .as_ref()
+                .map(|client| redis::ClientTlsConfig {
+                    client_cert: client.cert.to_vec(),
+                    client_key: client.key.to_vec(),
+                }),
+            root_cert: self.root_cert.as_ref().map(|ca| ca.to_vec()),
+        }
+    }
+}
+
+/// Installs rustls's `ring` provider as the process default, unless one is
+/// installed already (by the application, or by another client). Losing a
+/// race with another thread that installs one is fine: one is installed.
+#[cfg(feature = "tls-rustls")]
+fn install_crypto_provider() -> Result<(), RedisError> {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    Ok(())
+}
+
+/// Nothing to install with native-tls.
+#[cfg(all(feature = "tls-native-tls", not(feature = "tls-rustls")))]
+fn install_crypto_provider() -> Result<(), RedisError> {
+    Ok(())
+}
+
+/// Without a TLS feature, `rediss://` cannot work: say which to turn on.
+#[cfg(not(any(feature = "tls-rustls", feature = "tls-native-tls")))]
+fn install_crypto_provider() -> Result<(), RedisError> {
+    Err(RedisError::from((
+        ErrorKind::InvalidClientConfig,
+        "`rediss://` URLs need the feature `tls-rustls` (or `tls-native-tls`) of lock-runtime",
+    )))
+}
+
+/// TLS options; they apply to every connection the client makes (the node,
+/// each Redlock node). They need `rediss://` URLs and the feature
+/// `tls-rustls` (or `tls-native-tls`).
+impl LockClientBuilder {
+    /// Trusts the CA certificates in `pem` (one or more PEM certificates)
+    /// for the servers' certificates, instead of the platform's roots.
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.ca = Some(Pem::Bytes(pem.into().into()));
+        self
+    }
+
+    /// As [`tls_ca_pem`](Self::tls_ca_pem), read from the file at `path`
+    /// when the client connects; a file that cannot be read fails the
+    /// connect with [`LockError::Connect`](crate::LockError::Connect)
+    /// naming it.
+    pub fn tls_ca_file(mut self, path: impl AsRef<Path>) -> Self {
+        self.tls.ca = Some(Pem::File(path.as_ref().to_owned()));
+        self
+    }
+
+    /// Presents the client certificate `cert` (PEM, the certificate then
+    /// any intermediates) with its private key `key` (PEM) to servers that
+    /// ask for one (mutual TLS, `tls-auth-clients yes`).
+    pub fn tls_client_cert_pem(
+        mut self,
+        cert: impl Into<Vec<u8>>,
+        key: impl Into<Vec<u8>>,
+    ) -> Self {
+        let cert = Pem::Bytes(cert.into().into());
+        self.tls.client_cert = Some((cert, Pem::Bytes(key.into().into())));
+        self
+    }
+
+    /// As [`tls_client_cert_pem`](Self::tls_client_cert_pem), read from the
+    /// files at `cert` and `key` when the client connects; a file that
+    /// cannot be read fails the connect with
+    /// [`LockError::Connect`](crate::LockError::Connect) naming it.
+    pub fn tls_client_cert_files(mut self, cert: impl AsRef<Path>, key: impl AsRef<Path>) -> Self {
+        let cert = Pem::File(cert.as_ref().to_owned());
+        self.tls.client_cert = Some((cert, Pem::File(key.as_ref().to_owned())));
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tls_options_with_a_plain_url_are_refused() {
+        let options = LockClientBuilder::default().tls_ca_pem("not read yet");
+        let config = options.tls.load().expect("bytes need no reading");
+        let error = config.client("redis://:secret@127.0.0.1:1").unwrap_err();
+        let shown = error.to_string();
+        assert!(shown.contains("rediss://"), "{shown}");
+        assert!(!shown.contains("secret"), "{shown}");
+    }
+
+    #[test]
+    fn a_missing_file_is_named() {
+        let options =
+            LockClientBuilder::default().tls_client_cert_files("/no/cert.pem", "/no/key.pem");
+        let error = options.tls.load().err().expect("no such file");
+        assert!(error.to_string().contains("/no/cert.pem"), "{error}");
+    }
+
+    #[test]
+    fn debug_never_shows_a_key() {
+        let options = LockClientBuilder::default().tls_client_cert_pem("CERT", "PRIVATE-KEY-BYTES");
+        let shown = format!("{options:?}");
+        assert!(!shown.contains("PRIVATE-KEY-BYTES"), "{shown}");
+    }
+
+    #[cfg(not(any(feature = "tls-rustls", feature = "tls-native-tls")))]
+    #[test]
+    fn rediss_without_a_tls_feature_names_the_feature() {
+        let error = TlsConfig::default()
+            .client("rediss://127.0.0.1:1")
+            .unwrap_err();
+        assert!(error.to_string().contains("tls-rustls"), "{error}");
+    }
+}

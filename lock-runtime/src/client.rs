@@ -190,7 +190,27 @@ impl LockClientBuilder {
     /// After each acquire, waits until `replicas` replicas of the lock's
     /// master have its write (`WAIT`), for at most `timeout`; if fewer do,
     /// the lock is released and the call fails with
-    /// [`LockError::NotReplicated`]. Off by default (0 replicas).
+    /// [`LockError::NotReplicated`].
+    ///
+    /// Off by default (0 replicas), and off costs nothing: no extra command,
+    /// connection or allocation on any call. It is off because it only
+    /// helps a master with replicas that can fail over (Sentinel, or a
+    /// replica promoted by hand), and there it costs every acquire the
+    /// replicas' acknowledgement (a replica round trip, about 0.1 ms on one
+    /// machine, more across machines; `timeout` when a replica is down) and
+    /// a connection per acquire in flight. Without it, a lock whose write
+    /// had not reached a replica when the master failed is gone on the
+    /// promoted replica, and a second owner can take it while the first
+    /// still runs (until the first one's next renewal reports it `Lost`).
+    ///
+    /// With it, an acquire and its `WAIT` go in one pipeline on a connection
+    /// no other call uses at that moment (`WAIT` counts its own connection's
+    /// writes, and blocks it). Renewals wait for the replicas too: a renewal
+    /// they did not acknowledge does not extend the lock's validity (it is
+    /// retried, and the lock is reported lost when its validity runs out),
+    /// so the body never runs on an expiry that a promoted replica would not
+    /// know. `replicas = 0` turns it off. Redlock ignores it: its nodes are
+    /// independent masters.
     pub fn sync_replicas(mut self, replicas: usize, timeout: Duration) -> Self {
         self.sync_replicas = (replicas > 0).then_some(ReplicaSync { replicas, timeout });
         self
@@ -282,6 +302,7 @@ impl LockClientBuilder {
             connect_timeout,
             command_timeout: self.command_timeout,
             retries: 2,
+            sync_replicas: self.sync_replicas,
         };
         // A Redlock node that is down must cost at most its timeout, and
         // fail at once when it refuses connections.
@@ -289,6 +310,7 @@ impl LockClientBuilder {
             connect_timeout: self.node_timeout,
             command_timeout: self.node_timeout,
             retries: 0,
+            sync_replicas: None,
         };
         let (node_timeout, drift_factor) = (self.node_timeout, self.drift_factor);
         // Eager connections; connections of the callers' runtimes unless the

@@ -11,6 +11,7 @@ pub(crate) mod local;
 pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod redlock;
+pub(crate) mod replicated;
 
 use std::time::Duration;
 
@@ -94,7 +95,6 @@ pub(crate) enum Acquire {
     /// The owner took the lock, but fewer replicas than the client's
     /// `sync_replicas` asks for acknowledged the write in time: the caller
     /// releases it and fails.
-    #[allow(dead_code)] // until a backend waits for replicas
     NotReplicated {
         /// How many replicas acknowledged it.
         acked: usize,

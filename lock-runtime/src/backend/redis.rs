@@ -12,8 +12,10 @@ use redis::{
 use tokio::runtime::Handle;
 
 use super::local::LocalConnections;
+use super::replicated::Replicated;
 use super::{millis, Acquire, Release, RenewItem, Renewal, Route};
 use crate::io::polled_on;
+use crate::replica_sync::ReplicaSync;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(&acquire_source()));
 static RELEASE: LazyLock<Script> =
@@ -45,6 +47,15 @@ pub(crate) struct RedisConfig {
     /// Connection attempts after the first when (re)connecting, with
     /// backoff; 0 fails a command at once when its node refuses.
     pub retries: usize,
+    /// See [`crate::LockClientBuilder::sync_replicas`]; `None` adds nothing
+    /// to any request.
+    pub sync_replicas: Option<ReplicaSync>,
+}
+
+/// Opens a client for `url`: every connection of this crate to a node or a
+/// sentinel starts here.
+pub(crate) fn open_client(url: &str) -> Result<Client, RedisError> {
+    Client::open(url)
 }
 
 /// Two self-reconnecting connections: one for the scripts, one (RESP3) that
@@ -63,6 +74,8 @@ pub(crate) struct RedisBackend {
     /// first.
     home: Handle,
     local: Option<Arc<LocalConnections>>,
+    /// The connections of replica-synced requests, with `sync_replicas` on.
+    replicated: Option<Arc<Replicated>>,
 }
 
 impl RedisBackend {
@@ -79,8 +92,14 @@ impl RedisBackend {
         on_push: impl Fn(PushInfo) + Send + Sync + 'static,
         (lazy, local): (bool, bool),
     ) -> Result<Self, RedisError> {
-        let client = Client::open(url)?;
+        let client = open_client(url)?;
         let home = Handle::current();
+        let replicated = config.sync_replicas.map(|sync| {
+            let synced_config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(config.connect_timeout))
+                .set_response_timeout(Some(config.command_timeout + sync.timeout));
+            Arc::new(Replicated::new(sync, client.clone(), synced_config))
+        });
         let local = local.then(|| {
             let local_config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(config.connect_timeout))
@@ -128,6 +147,7 @@ impl RedisBackend {
             client_id,
             home,
             local,
+            replicated,
         })
     }
 
@@ -152,24 +172,85 @@ impl RedisBackend {
         owner: &str,
         lease: Duration,
     ) -> Result<Acquire, RedisError> {
+        if let Some(replicated) = &self.replicated {
+            return self.acquire_synced(replicated, key, owner, lease).await;
+        }
         let args = (owner, millis(lease));
         let answer: i64 = self
             .eval(route, &ACQUIRE, key, args, owner.len() + 20)
             .await?;
-        // acquire.lua answers the token (> 0), or -2 - the holder's TTL.
-        Ok(match answer {
-            1.. => Acquire::Acquired(answer.unsigned_abs()),
-            -1 => Acquire::Held(None),
-            ..=-2 => Acquire::Held(Some(Duration::from_millis((-2 - answer).unsigned_abs()))),
-            0 => {
-                return Err(RedisError::from((
-                    redis::ErrorKind::Parse,
-                    "acquire.lua answered 0, which is not a fencing token",
-                )))
-            }
-        })
+        acquired(answer)
     }
 
+    /// An acquire followed by `WAIT` (see [`Replicated`]); a lock taken
+    /// without enough replicas is `NotReplicated`.
+    #[cold]
+    async fn acquire_synced(
+        &self,
+        replicated: &Arc<Replicated>,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Acquire, RedisError> {
+        let cmd = evalsha_cmd(&ACQUIRE, key, (owner, millis(lease)), owner.len() + 20);
+        let release = {
+            let (key, owner, client_id) =
+                (key.to_owned(), owner.to_owned(), self.client_id.clone());
+            move || evalsha_cmd(&RELEASE, &key, (&*owner, &*client_id, 0), 128)
+        };
+        let (answer, acked) = replicated
+            .acquire(&self.home, &ACQUIRE, cmd, release)
+            .await?;
+        match acquired(answer)? {
+            Acquire::Acquired(_) if acked < replicated.sync.replicas => {
+                Ok(Acquire::NotReplicated { acked })
+            }
+            answer => Ok(answer),
+        }
+    }
+}
+
+/// The meaning of acquire.lua's answer: the token (> 0), or -2 - the
+/// holder's TTL (-1: no expiry).
+fn acquired(answer: i64) -> Result<Acquire, RedisError> {
+    Ok(match answer {
+        1.. => Acquire::Acquired(answer.unsigned_abs()),
+        -1 => Acquire::Held(None),
+        ..=-2 => Acquire::Held(Some(Duration::from_millis((-2 - answer).unsigned_abs()))),
+        0 => {
+            return Err(RedisError::from((
+                redis::ErrorKind::Parse,
+                "acquire.lua answered 0, which is not a fencing token",
+            )))
+        }
+    })
+}
+
+/// The meaning of renew.lua's answer for one lock; a renewal the replicas
+/// did not acknowledge (`synced` false) is not known to last.
+fn renewal(answer: i64, synced: bool) -> Renewal {
+    match (answer, synced) {
+        (1, true) => Renewal::Renewed,
+        (1, false) => Renewal::Unknown,
+        _ => Renewal::Gone,
+    }
+}
+
+/// An EVALSHA of `script` on `key` with `args`, built in one buffer of about
+/// `args_size` bytes more than the fixed part, rather than through
+/// `ScriptInvocation`, which allocates every argument on its own: this is
+/// the hot path.
+fn evalsha_cmd(script: &Script, key: &str, args: impl ToRedisArgs, args_size: usize) -> Cmd {
+    let mut cmd = Cmd::with_capacity(7, 96 + key.len() + args_size);
+    cmd.arg("EVALSHA")
+        .arg(script.get_hash())
+        .arg(1)
+        .arg(key)
+        .arg(args);
+    cmd
+}
+
+impl RedisBackend {
     pub(crate) async fn release(
         &self,
         route: &Route,
@@ -202,10 +283,6 @@ impl RedisBackend {
     }
 
     /// Calls `script` on `key` with `args` by EVALSHA, over `route`.
-    ///
-    /// The command is built in one buffer of about `args_size` bytes more
-    /// than the fixed part, rather than through `ScriptInvocation`, which
-    /// allocates every argument on its own: this is the hot path.
     async fn eval<T: FromRedisValue>(
         &self,
         route: &Route,
@@ -214,12 +291,7 @@ impl RedisBackend {
         args: impl ToRedisArgs,
         args_size: usize,
     ) -> Result<T, RedisError> {
-        let mut cmd = Cmd::with_capacity(7, 96 + key.len() + args_size);
-        cmd.arg("EVALSHA")
-            .arg(script.get_hash())
-            .arg(1)
-            .arg(key)
-            .arg(args);
+        let cmd = evalsha_cmd(script, key, args, args_size);
         match route {
             Route::Home => {
                 let mut con = self.commands.clone();
@@ -237,20 +309,39 @@ impl RedisBackend {
 
     /// Renewed or gone, per item; an error leaves them all unknown.
     pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Renewal>, RedisError> {
+        if let Some(replicated) = &self.replicated {
+            return self.renew_synced(replicated, items).await;
+        }
         let mut call = RENEW.prepare_invoke();
         for item in items {
             call.key(item.key).arg(item.owner).arg(millis(item.lease));
         }
         let mut con = self.commands.clone();
         let renewed: Vec<i64> = polled_on(&self.home, call.invoke_async(&mut con)).await?;
-        let found = |r| {
-            if r == 1 {
-                Renewal::Renewed
-            } else {
-                Renewal::Gone
-            }
-        };
-        Ok(renewed.into_iter().map(found).collect())
+        Ok(renewed.into_iter().map(|r| renewal(r, true)).collect())
+    }
+
+    /// A renewal batch followed by `WAIT` (see [`Replicated`]). Without
+    /// enough replicas, a renewed lock is `Unknown`: a failover now would
+    /// promote a replica that keeps the older expiry, so the lock's validity
+    /// is not extended, and the watchdog tries again until it runs out.
+    async fn renew_synced(
+        &self,
+        replicated: &Replicated,
+        items: &[RenewItem<'_>],
+    ) -> Result<Vec<Renewal>, RedisError> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(RENEW.get_hash()).arg(items.len());
+        for item in items {
+            cmd.arg(item.key);
+        }
+        for item in items {
+            cmd.arg(item.owner).arg(millis(item.lease));
+        }
+        let (renewed, acked): (Vec<i64>, usize) =
+            replicated.renew(&self.home, &RENEW, &cmd).await?;
+        let synced = acked >= replicated.sync.replicas;
+        Ok(renewed.into_iter().map(|r| renewal(r, synced)).collect())
     }
 
     pub(crate) async fn subscribe(&self, key: &str) -> Result<(), RedisError> {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{self as redis_backend, RedisBackend, RedisConfig};
 use crate::backend::redlock::{Node, RedlockBackend};
+use crate::backend::sentinel::{MasterAuth, SentinelBackend};
 use crate::backend::{Backend, BackendError};
 use crate::error::LockError;
 use crate::io::Io;
@@ -58,6 +59,7 @@ impl fmt::Debug for LockClient {
             Backend::Redis(_) => "redis",
             Backend::Redlock(_) => "redlock",
             Backend::Memory(_) => "memory",
+            Backend::Sentinel(_) => "sentinel",
         };
         f.debug_struct("LockClient")
             .field("id", &self.inner.tag.id)
@@ -80,6 +82,7 @@ pub struct LockClientBuilder {
     renewal_batch: usize,
     on_current_runtime: bool,
     sync_replicas: Option<ReplicaSync>,
+    master_auth: MasterAuth,
 }
 
 impl Default for LockClientBuilder {
@@ -95,6 +98,7 @@ impl Default for LockClientBuilder {
             renewal_batch: 512,
             on_current_runtime: false,
             sync_replicas: None,
+            master_auth: MasterAuth::default(),
         }
     }
 }
@@ -216,6 +220,18 @@ impl LockClientBuilder {
         self
     }
 
+    /// The credentials of the master that [`sentinel`](Self::sentinel)
+    /// finds (the sentinels give its address only): an ACL user, or `None`
+    /// for `requirepass`, and its password. Each sentinel's own credentials
+    /// go in its URL. Not set by default: the master needs none.
+    pub fn sentinel_master_auth(mut self, username: Option<&str>, password: &str) -> Self {
+        self.master_auth = MasterAuth {
+            username: username.map(str::to_owned),
+            password: Some(password.to_owned()),
+        };
+        self
+    }
+
     fn io(&self) -> std::io::Result<Io> {
         match self.on_current_runtime.then(Io::current_runtime).flatten() {
             Some(io) => Ok(io),
@@ -272,6 +288,42 @@ impl LockClientBuilder {
         self.connect_to(Target::Quorum(urls)).await
     }
 
+    /// Connects to the master named `master_name` that the sentinels at
+    /// `sentinel_urls` (`redis://[user:password@]host:port`, each asked in
+    /// turn until one answers) watch, and follows it across failovers.
+    ///
+    /// A request that fails with a connection error, a timeout or
+    /// `READONLY` (a demoted master) makes the client ask the sentinels
+    /// again, every 200 ms, until they name a new master; the client then
+    /// moves its connections and subscriptions there and wakes its waiters.
+    /// The failed request is not retried; requests made during the switch
+    /// fail with [`LockError::Backend`]. Set the master's credentials with
+    /// [`sentinel_master_auth`](Self::sentinel_master_auth). With
+    /// [`sync_replicas`](Self::sync_replicas), a lock the failover would
+    /// lose is reported lost, never held by two owners; without it, see the
+    /// README.
+    ///
+    /// # Errors
+    /// [`LockError::Connect`] with no sentinel URL, an invalid URL, when no
+    /// sentinel names a master `master_name` (the message names it and each
+    /// sentinel's answer), or when the master cannot be reached within the
+    /// connect timeout.
+    pub async fn sentinel(
+        self,
+        sentinel_urls: &[&str],
+        master_name: &str,
+    ) -> Result<LockClient, LockError> {
+        if sentinel_urls.is_empty() {
+            return Err(LockError::Connect(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "Sentinel needs at least one sentinel URL",
+            ))));
+        }
+        let urls = sentinel_urls.iter().map(|u| (*u).to_owned()).collect();
+        let master = master_name.to_owned();
+        self.connect_to(Target::Sentinel(urls, master)).await
+    }
+
     async fn connect_to(self, target: Target) -> Result<LockClient, LockError> {
         let place = target.place();
         let io = self.io().map_err(|e| LockError::Connect(e.into()))?;
@@ -317,6 +369,7 @@ impl LockClientBuilder {
         // client already runs on the caller's runtime.
         let modes = (false, !self.on_current_runtime);
         let client_id = id.clone();
+        let master_auth = self.master_auth.clone();
         let connecting = io.spawn(async move {
             let connecting = async {
                 match target {
@@ -344,6 +397,13 @@ impl LockClientBuilder {
                         let redlock = RedlockBackend::new(nodes, node_timeout, drift_factor);
                         redlock.check().await?;
                         Ok(Backend::Redlock(redlock))
+                    }
+                    Target::Sentinel(urls, master) => {
+                        let push = (client_id, Arc::new(on_push) as _);
+                        let backend =
+                            SentinelBackend::connect(urls, master, master_auth, config, push)
+                                .await?;
+                        Ok(Backend::Sentinel(backend))
                     }
                 }
             };
@@ -422,6 +482,8 @@ impl LockClientBuilder {
 enum Target {
     One(String),
     Quorum(Vec<String>),
+    /// The sentinels' URLs and the master's name.
+    Sentinel(Vec<String>, String),
 }
 
 impl Target {
@@ -433,6 +495,11 @@ impl Target {
                 let mut nodes: Vec<Arc<str>> = urls.iter().map(|u| node_name(u)).collect();
                 nodes.sort();
                 nodes.join(",").into()
+            }
+            Target::Sentinel(urls, master) => {
+                let mut nodes: Vec<Arc<str>> = urls.iter().map(|u| node_name(u)).collect();
+                nodes.sort();
+                format!("sentinel:{master}@{}", nodes.join(",")).into()
             }
         }
     }
@@ -483,6 +550,19 @@ impl LockClient {
     /// As [`LockClientBuilder::redlock`].
     pub async fn redlock(urls: &[&str]) -> Result<LockClient, LockError> {
         Self::builder().redlock(urls).await
+    }
+
+    /// Connects to the master `master_name` through the sentinels at
+    /// `sentinel_urls` with the default options; see
+    /// [`LockClientBuilder::sentinel`].
+    ///
+    /// # Errors
+    /// As [`LockClientBuilder::sentinel`].
+    pub async fn sentinel(
+        sentinel_urls: &[&str],
+        master_name: &str,
+    ) -> Result<LockClient, LockError> {
+        Self::builder().sentinel(sentinel_urls, master_name).await
     }
 
     /// Connects to one Redis node with the default options; see

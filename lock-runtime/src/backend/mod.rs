@@ -1,5 +1,5 @@
-//! Where locks live: one Redis node, a quorum of independent Redis masters
-//! (Redlock), or this process's memory.
+//! Where locks live: one Redis node, a master found through Sentinel, a
+//! quorum of independent Redis masters (Redlock), or this process's memory.
 //!
 //! Every backend answers the same three questions, each decided atomically:
 //! take a lock for one acquisition, free it, and reset the leases of a batch
@@ -12,6 +12,7 @@ pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod replicated;
+pub(crate) mod sentinel;
 
 use std::time::Duration;
 
@@ -147,6 +148,8 @@ pub(crate) enum Backend {
     Redis(redis::RedisBackend),
     Redlock(redlock::RedlockBackend),
     Memory(memory::MemoryBackend),
+    /// A master found through Sentinel, followed across failovers.
+    Sentinel(sentinel::SentinelBackend),
 }
 
 impl Backend {
@@ -169,6 +172,7 @@ impl Backend {
             Backend::Redis(b) => Ok(b.acquire(route, key, owner, lease).await?),
             Backend::Redlock(b) => polled_on(b.home(), b.acquire(key, owner, lease)).await,
             Backend::Memory(b) => Ok(b.acquire(key, owner, lease)),
+            Backend::Sentinel(b) => Ok(b.acquire(key, owner, lease).await?),
         }
     }
 
@@ -186,6 +190,7 @@ impl Backend {
             Backend::Redis(b) => Ok(b.release(route, key, owner, token).await?),
             Backend::Redlock(b) => polled_on(b.home(), b.release(key, owner, token)).await,
             Backend::Memory(b) => Ok(b.release(key, owner)),
+            Backend::Sentinel(b) => Ok(b.release(key, owner, token).await?),
         }
     }
 
@@ -198,6 +203,7 @@ impl Backend {
             Backend::Redis(b) => Ok(b.renew(items).await?),
             Backend::Redlock(b) => b.renew(items).await,
             Backend::Memory(b) => Ok(b.renew(items)),
+            Backend::Sentinel(b) => Ok(b.renew(items).await?),
         }
     }
 
@@ -207,6 +213,7 @@ impl Backend {
             Backend::Redis(b) => Ok(b.subscribe(key).await?),
             Backend::Redlock(b) => b.subscribe(key).await,
             Backend::Memory(_) => Ok(()),
+            Backend::Sentinel(b) => Ok(b.subscribe(key).await?),
         }
     }
 
@@ -216,6 +223,7 @@ impl Backend {
             Backend::Redis(b) => Ok(b.unsubscribe(key).await?),
             Backend::Redlock(b) => b.unsubscribe(key).await,
             Backend::Memory(_) => Ok(()),
+            Backend::Sentinel(b) => Ok(b.unsubscribe(key).await?),
         }
     }
 

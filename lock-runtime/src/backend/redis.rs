@@ -41,6 +41,7 @@ fn acquire_source() -> String {
 }
 
 /// How the backend connects.
+#[derive(Clone)]
 pub(crate) struct RedisConfig {
     pub connect_timeout: Duration,
     pub command_timeout: Duration,
@@ -352,6 +353,20 @@ impl RedisBackend {
     pub(crate) async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
         let mut con = self.pubsub.clone();
         polled_on(&self.home, con.unsubscribe(key)).await
+    }
+
+    /// The node's role (`master`, `slave`, `sentinel`), from `ROLE`.
+    pub(crate) async fn role(&self) -> Result<String, RedisError> {
+        let mut con = self.commands.clone();
+        let role: Vec<Value> =
+            polled_on(&self.home, redis::cmd("ROLE").query_async(&mut con)).await?;
+        match role.into_iter().next() {
+            Some(kind) => Ok(redis::from_redis_value(kind)?),
+            None => Err(RedisError::from((
+                ErrorKind::Parse,
+                "ROLE answered nothing",
+            ))),
+        }
     }
 
     /// Whether the node answers PING.

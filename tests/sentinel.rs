@@ -1,0 +1,172 @@
+//! Sentinel: a master, a replica and three sentinels, real redis-server
+//! processes on loopback ports. Locks work through the sentinels, follow a
+//! failover after the master is killed, and a lock held across the failover
+//! with `sync_replicas` is reported lost before another owner gets it. One
+//! test at a time: each starts five servers and kills one.
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_runtime::{LockClient, LockError, LockOptions};
+use support::parse_lock;
+use support::sentinel::{Sentinels, TcpServer, MASTER_NAME};
+use tokio::time::Instant;
+
+/// The tests of this binary run one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// How long calls may fail after the master is killed.
+const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
+
+async fn client(sentinels: &Sentinels, builder: lock_runtime::LockClientBuilder) -> LockClient {
+    let urls = sentinels.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    builder
+        .command_timeout(Duration::from_secs(1))
+        .sentinel(&urls, MASTER_NAME)
+        .await
+        .expect("connect through the sentinels")
+}
+
+async fn once(client: &LockClient, key: &str) -> Result<(), LockError> {
+    let options = LockOptions::new().wait(Duration::from_secs(5));
+    client
+        .run_locked(key, options, async { Ok::<_, LockError>(()) })
+        .await
+}
+
+/// Tries `key` every 100 ms until a call succeeds, within the failover
+/// limit; how long that took.
+async fn until_it_works(client: &LockClient, key: &str) -> Duration {
+    let start = Instant::now();
+    let mut last = None;
+    while start.elapsed() < FAILOVER_LIMIT {
+        match once(client, key).await {
+            Ok(()) => return start.elapsed(),
+            Err(error) => last = Some(error),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("calls still failed {FAILOVER_LIMIT:?} after the failover: {last:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_work_through_the_sentinels_and_follow_a_failover() {
+    let _serial = SERIAL.lock().await;
+    let mut sentinels = Sentinels::start();
+    let client = client(&sentinels, LockClient::builder()).await;
+    once(&client, "order:1")
+        .await
+        .expect("lock through the sentinels");
+    let value: Option<String> = sentinels
+        .master
+        .query(redis::cmd("GET").arg("lock:order:1"))
+        .flatten();
+    assert!(
+        value.and_then(|v| parse_lock(&v)).is_some(),
+        "the lock is on the master"
+    );
+
+    sentinels.master.kill();
+    let took = until_it_works(&client, "order:2").await;
+    println!("calls worked again {took:?} after the master was killed");
+    assert_eq!(
+        sentinels.current_master_port(),
+        Some(sentinels.replica.port),
+        "the replica was promoted"
+    );
+    let value: Option<String> = sentinels
+        .replica
+        .query(redis::cmd("GET").arg("lock:order:2"))
+        .flatten();
+    assert!(value.is_some(), "the new lock is on the new master");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_synced_lock_held_across_a_failover_is_lost_before_another_owner_takes_it() {
+    let _serial = SERIAL.lock().await;
+    let mut sentinels = Sentinels::start();
+    let sync = Duration::from_millis(500);
+    let first = client(&sentinels, LockClient::builder().sync_replicas(1, sync)).await;
+    let second = client(&sentinels, LockClient::builder()).await;
+
+    // The first owner holds the lock and watches for the second one.
+    let second_runs = Arc::new(AtomicBool::new(false));
+    let overlap = Arc::new(AtomicBool::new(false));
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    let holder = tokio::spawn({
+        let (second_runs, overlap) = (second_runs.clone(), overlap.clone());
+        let options = LockOptions::new().lease(Duration::from_secs(3));
+        async move {
+            first
+                .run_locked("shared", options, async {
+                    let _ = held_tx.send(());
+                    for _ in 0..600 {
+                        if second_runs.load(Ordering::SeqCst) {
+                            overlap.store(true, Ordering::SeqCst);
+                        }
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    Ok::<_, LockError>(())
+                })
+                .await
+        }
+    });
+    held_rx.await.expect("the first owner took the lock");
+
+    sentinels.master.kill();
+    let killed = Instant::now();
+    let mut taken = None;
+    while taken.is_none() && killed.elapsed() < FAILOVER_LIMIT {
+        let options = LockOptions::new().wait(Duration::from_secs(5));
+        let body = async {
+            second_runs.store(true, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok::<_, LockError>(killed.elapsed())
+        };
+        match second.run_locked("shared", options, body).await {
+            Ok(at) => taken = Some(at),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let taken = taken.expect("the second owner took the lock after the failover");
+    let first_outcome = tokio::time::timeout(Duration::from_secs(10), holder)
+        .await
+        .expect("the first owner's call ended")
+        .expect("holder task");
+    println!("the second owner took the lock {taken:?} after the master was killed");
+    assert!(
+        matches!(first_outcome, Err(LockError::Lost { .. })),
+        "the first owner was told the lock was lost, not {first_outcome:?}"
+    );
+    assert!(
+        !overlap.load(Ordering::SeqCst),
+        "the first body still ran when the second owner had the lock"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_master_name_is_a_connect_error_naming_it() {
+    let _serial = SERIAL.lock().await;
+    let master = TcpServer::master();
+    let sentinel = TcpServer::sentinel(master.port, 1);
+    let url = sentinel.url();
+    let error = LockClient::sentinel(&[&url], "no-such-master")
+        .await
+        .expect_err("no master of that name");
+    let message = format!(
+        "{error}: {}",
+        std::error::Error::source(&error).expect("cause")
+    );
+    assert!(matches!(error, LockError::Connect(_)), "{message}");
+    assert!(message.contains("no-such-master"), "{message}");
+    println!("{message}");
+
+    // The right name connects.
+    let client = LockClient::sentinel(&[&url], MASTER_NAME)
+        .await
+        .expect("connect");
+    once(&client, "k").await.expect("lock");
+}

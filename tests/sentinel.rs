@@ -170,3 +170,95 @@ async fn a_wrong_master_name_is_a_connect_error_naming_it() {
         .expect("connect");
     once(&client, "k").await.expect("lock");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_failover_is_followed_and_waiters_are_woken_on_the_new_master() {
+    let _serial = SERIAL.lock().await;
+    let sentinels = Sentinels::start();
+    let holder_client = client(&sentinels, LockClient::builder()).await;
+    let waiter_client = client(&sentinels, LockClient::builder()).await;
+
+    // One client holds the lock; the other waits for it.
+    let holder = support::Holder::start(&holder_client, "w", LockOptions::new()).await;
+    let waiter_probe = waiter_client.clone();
+    let waiter = tokio::spawn(async move {
+        let options = LockOptions::new().wait(Duration::from_secs(25));
+        waiter_client
+            .run_locked("w", options, async { Ok::<_, LockError>(Instant::now()) })
+            .await
+    });
+    let marked = support::eventually(Duration::from_secs(10), || {
+        let value: Option<String> = sentinels
+            .master
+            .query(redis::cmd("GET").arg("lock:w"))
+            .flatten();
+        value
+            .and_then(|v| parse_lock(&v))
+            .is_some_and(|(_, state, _)| state == "w")
+    })
+    .await;
+    assert!(marked, "the waiter tried the lock");
+
+    // A graceful failover: the old master stays up, demoted to a replica, so
+    // the clients' writes there fail with READONLY.
+    let failover = support::sentinel::wait_until(Duration::from_secs(20), || {
+        sentinels.sentinels[0]
+            .query::<String>(redis::cmd("SENTINEL").arg("FAILOVER").arg(MASTER_NAME))
+            .is_some()
+    });
+    assert!(failover, "SENTINEL FAILOVER was accepted");
+    let promoted = support::sentinel::wait_until(FAILOVER_LIMIT, || {
+        sentinels.current_master_port() == Some(sentinels.replica.port)
+            && sentinels
+                .replica
+                .query::<Vec<redis::Value>>(&mut redis::cmd("ROLE"))
+                .and_then(|role| role.into_iter().next())
+                .is_some_and(|kind| kind == redis::Value::BulkString(b"master".to_vec()))
+    });
+    assert!(promoted, "the replica was promoted");
+    // Both clients move to the new master (told by the sentinels, or by
+    // READONLY from the demoted one).
+    for client in [&holder_client, &waiter_probe] {
+        let start = Instant::now();
+        let mut n = 0;
+        let moved = loop {
+            n += 1;
+            let key = format!("probe:{n}");
+            let on_new_master = once(client, &key).await.is_ok() && {
+                let value: Option<String> = sentinels
+                    .replica
+                    .query(redis::cmd("GET").arg(format!("lock:{key}")))
+                    .flatten();
+                value.is_some()
+            };
+            if on_new_master || start.elapsed() > FAILOVER_LIMIT {
+                break on_new_master;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(moved, "calls reach the new master");
+        println!(
+            "calls reached the new master {:?} after it was promoted",
+            start.elapsed()
+        );
+    }
+
+    // The holder releases on the new master; the waiter, subscribed there
+    // by the switch, is woken by the notice rather than the 30 s lease.
+    let released = Instant::now();
+    holder
+        .release()
+        .await
+        .expect("the holder kept its lock across the failover");
+    let got = tokio::time::timeout(Duration::from_secs(25), waiter)
+        .await
+        .expect("the waiter ended")
+        .expect("waiter task")
+        .expect("the waiter took the lock");
+    let after = got.saturating_duration_since(released);
+    println!("the waiter took the lock {after:?} after the release");
+    assert!(
+        after < Duration::from_secs(5),
+        "woken by the release, not the lease: {after:?}"
+    );
+}

@@ -3,9 +3,10 @@
 //! The backend asks the sentinels (in the order given, the first that
 //! answers) for the master's address, checks with `ROLE` that the node
 //! there is a master, and locks on it with a [`RedisBackend`]. It follows a
-//! failover by itself: a request that fails with a connection error, a
-//! timeout, or `READONLY` (the node was demoted to a replica) starts a
-//! follower task, which asks the sentinels again every 200 ms (for at most
+//! failover by itself. A `+switch-master` notice of its master on any
+//! sentinel (it listens on each), or a request that fails with a connection
+//! error, a timeout, or `READONLY` (the node was demoted to a replica),
+//! starts a follower task, which asks the sentinels again every 200 ms (for at most
 //! a minute) until they name another master or the current one answers
 //! again. On a new master it connects a new [`RedisBackend`], swaps it in,
 //! subscribes there to every release channel this client listens on, and
@@ -19,7 +20,7 @@
 
 use std::collections::HashSet;
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use redis::{ErrorKind, PushInfo, PushKind, RedisError};
@@ -110,9 +111,12 @@ impl SentinelBackend {
             following: tokio::sync::Mutex::new(()),
             channels: Mutex::new(HashSet::new()),
         };
-        Ok(SentinelBackend {
-            shared: Arc::new(shared),
-        })
+        let shared = Arc::new(shared);
+        for url in &shared.sentinels {
+            let task = watch_switches(Arc::downgrade(&shared), url.clone());
+            shared.home.spawn(task);
+        }
+        Ok(SentinelBackend { shared })
     }
 
     /// The master in use now.
@@ -133,10 +137,15 @@ impl SentinelBackend {
                 || error.is_connection_refusal()
                 || error.code() == Some("READONLY");
             if failover {
-                let this = self.clone();
-                self.shared.home.spawn(async move { this.follow().await });
+                self.start_following();
             }
         }
+    }
+
+    /// Starts the follower on the client's runtime.
+    fn start_following(&self) {
+        let this = self.clone();
+        self.shared.home.spawn(async move { this.follow().await });
     }
 
     /// Asks the sentinels until they name another master (then switches to
@@ -271,6 +280,47 @@ impl SentinelBackend {
         let answer = self.master().backend.unsubscribe(key).await;
         self.check(&answer);
         answer
+    }
+}
+
+/// Listens for `+switch-master` on the sentinel at `url` (reconnecting
+/// after a second when its connection fails) and starts the follower when
+/// its master moves; ends once the backend is dropped.
+async fn watch_switches(shared: Weak<Shared>, url: String) {
+    use futures_util::StreamExt as _;
+    let alive = || shared.upgrade().map(|shared| SentinelBackend { shared });
+    while let Some(backend) = alive() {
+        let prefix = format!("{} ", backend.shared.master_name);
+        drop(backend);
+        let subscribed = async {
+            let mut pubsub = open_client(&url)?.get_async_pubsub().await?;
+            pubsub.subscribe("+switch-master").await?;
+            Ok::<_, RedisError>(pubsub)
+        };
+        let Ok(Ok(mut pubsub)) = tokio::time::timeout(Duration::from_secs(1), subscribed).await
+        else {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        };
+        let mut messages = pubsub.on_message();
+        loop {
+            // Wakes every second to see whether the client is gone.
+            match tokio::time::timeout(Duration::from_secs(1), messages.next()).await {
+                Ok(Some(message)) => {
+                    let payload: String = message.get_payload().unwrap_or_default();
+                    match alive() {
+                        Some(backend) if payload.starts_with(&prefix) => {
+                            backend.start_following();
+                        }
+                        Some(_) => {}
+                        None => return,
+                    }
+                }
+                Ok(None) => break,
+                Err(_) if shared.strong_count() == 0 => return,
+                Err(_) => {}
+            }
+        }
     }
 }
 

@@ -136,7 +136,10 @@ async fn a_synced_lock_held_across_a_failover_is_lost_before_another_owner_takes
         .await
         .expect("the first owner's call ended")
         .expect("holder task");
-    println!("the second owner took the lock {taken:?} after the master was killed");
+    println!(
+        "the second owner took the lock {taken:?} after the master was killed; \
+         the first owner's call ended with {first_outcome:?}"
+    );
     assert!(
         matches!(first_outcome, Err(LockError::Lost { .. })),
         "the first owner was told the lock was lost, not {first_outcome:?}"

@@ -213,8 +213,9 @@ impl LockClientBuilder {
     /// they did not acknowledge does not extend the lock's validity (it is
     /// retried, and the lock is reported lost when its validity runs out),
     /// so the body never runs on an expiry that a promoted replica would not
-    /// know. `replicas = 0` turns it off. Redlock ignores it: its nodes are
-    /// independent masters.
+    /// know. Keep `timeout` well below a third of the shortest lease: with
+    /// a replica down, every renewal batch takes `timeout`. `replicas = 0`
+    /// turns it off. Redlock ignores it: its nodes are independent masters.
     pub fn sync_replicas(mut self, replicas: usize, timeout: Duration) -> Self {
         self.sync_replicas = (replicas > 0).then_some(ReplicaSync { replicas, timeout });
         self

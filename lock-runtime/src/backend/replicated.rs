@@ -29,7 +29,7 @@ use crate::replica_sync::ReplicaSync;
 
 /// Idle synced connections kept for later requests; more are made when
 /// more requests run at once, and closed after them.
-const IDLE_KEPT: usize = 4;
+const IDLE_KEPT: usize = 16;
 
 /// What `sync_replicas` needs on one node: how many replicas, and the
 /// connections that carry the synced requests.

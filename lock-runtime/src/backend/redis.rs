@@ -174,7 +174,8 @@ impl RedisBackend {
         lease: Duration,
     ) -> Result<Acquire, RedisError> {
         if let Some(replicated) = &self.replicated {
-            return self.acquire_synced(replicated, key, owner, lease).await;
+            // Boxed, so the default path's future does not grow by its state.
+            return Box::pin(self.acquire_synced(replicated, key, owner, lease)).await;
         }
         let args = (owner, millis(lease));
         let answer: i64 = self

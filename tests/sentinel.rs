@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use lock_runtime::{LockClient, LockError, LockOptions};
 use support::parse_lock;
-use support::sentinel::{Sentinels, TcpServer, MASTER_NAME};
+use support::sentinel::{Role, Sentinels, TcpServer, MASTER_NAME};
 use tokio::time::Instant;
 
 /// The tests of this binary run one at a time.
@@ -264,4 +264,55 @@ async fn a_manual_failover_is_followed_and_waiters_are_woken_on_the_new_master()
         after < Duration::from_secs(5),
         "woken by the release, not the lease: {after:?}"
     );
+}
+
+/// An error and all its causes, as one line.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sentinels_and_the_master_take_their_own_credentials_never_shown() {
+    let _serial = SERIAL.lock().await;
+    let master = TcpServer::start_with(Role::Master, "requirepass m-secret\n", Some("m-secret"));
+    let sentinel = TcpServer::start_with(
+        Role::Sentinel(master.port, 1),
+        &format!("requirepass s-secret\nsentinel auth-pass {MASTER_NAME} m-secret\n"),
+        Some("s-secret"),
+    );
+    let url = sentinel.url();
+    let client = LockClient::builder()
+        .sentinel_master_auth(None, "m-secret")
+        .sentinel(&[&url], MASTER_NAME)
+        .await
+        .expect("connect with both passwords");
+    once(&client, "k").await.expect("lock");
+
+    let wrong_master = LockClient::builder()
+        .sentinel_master_auth(None, "wrong-master-secret")
+        .sentinel(&[&url], MASTER_NAME)
+        .await
+        .expect_err("a wrong master password");
+    let message = chain(&wrong_master);
+    assert!(!message.contains("secret"), "{message}");
+    println!("{message}");
+
+    let wrong_sentinel = url.replace("s-secret", "wrong-sentinel-secret");
+    let error = LockClient::sentinel(&[&wrong_sentinel], MASTER_NAME)
+        .await
+        .expect_err("a wrong sentinel password");
+    let message = chain(&error);
+    assert!(!message.contains("secret"), "{message}");
+    assert!(
+        message.contains(&sentinel.port.to_string()),
+        "names the sentinel: {message}"
+    );
+    println!("{message}");
 }

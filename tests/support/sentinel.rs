@@ -35,6 +35,10 @@ pub struct TcpServer {
     dir: TempDir,
     pub port: u16,
     pub role: Role,
+    /// Config lines added to the role's own.
+    extra: String,
+    /// The password its URL carries, if it needs one.
+    password: Option<String>,
 }
 
 impl TcpServer {
@@ -62,14 +66,29 @@ impl TcpServer {
     }
 
     fn start(role: Role) -> TcpServer {
+        TcpServer::start_with(role, "", None)
+    }
+
+    /// Starts a server with `extra` config lines, reached with `password`.
+    pub fn start_with(role: Role, extra: &str, password: Option<&str>) -> TcpServer {
         let mut server = TcpServer {
             child: None,
             dir: TempDir::new("tcp-redis"),
             port: free_port(),
             role,
+            extra: extra.to_owned(),
+            password: password.map(str::to_owned),
         };
-        server.spawn();
-        server
+        // The port may be taken between `free_port` and the bind, by another
+        // program on the machine: then try another.
+        for _ in 0..5 {
+            if server.spawn() {
+                return server;
+            }
+            server.kill();
+            server.port = free_port();
+        }
+        panic!("redis-server did not start on a free port in 5 tries");
     }
 
     fn config(&self) -> String {
@@ -93,10 +112,12 @@ impl TcpServer {
                 );
             }
         }
+        conf.push_str(&self.extra);
         conf
     }
 
-    fn spawn(&mut self) {
+    /// Starts the process; whether it answers on its port as itself.
+    fn spawn(&mut self) -> bool {
         let conf = self.dir.path().join("redis.conf");
         std::fs::write(&conf, self.config()).expect("write config");
         let mut command = Command::new("redis-server");
@@ -109,20 +130,20 @@ impl TcpServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server must be installed (scripts/test.sh installs it)");
+        let pid = child.id();
         self.child = Some(child);
-        let ready = wait_until(Duration::from_secs(10), || {
-            self.query::<String>(&mut redis::cmd("PING")).is_some()
-        });
-        assert!(
-            ready,
-            "redis-server on {} did not answer within 10 s",
-            self.port
-        );
+        wait_until(Duration::from_secs(10), || {
+            let info = self.info("server").unwrap_or_default();
+            info.contains(&format!("process_id:{pid}\r"))
+        })
     }
 
     /// The server's URL.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        match &self.password {
+            Some(password) => format!("redis://:{password}@127.0.0.1:{}/", self.port),
+            None => format!("redis://127.0.0.1:{}/", self.port),
+        }
     }
 
     /// `cmd`'s answer, or `None` if the server did not give one within 2 s.

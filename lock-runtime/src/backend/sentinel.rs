@@ -96,8 +96,15 @@ impl SentinelBackend {
         (client_id, on_push): (Arc<str>, OnPush),
     ) -> Result<Self, RedisError> {
         let addr = resolve(&sentinels, &master_name).await?;
-        let backend =
-            connect_master(&sentinels, &addr, &auth, &config, &client_id, &on_push).await?;
+        let backend = connect_master(&sentinels, &addr, &auth, &config, &client_id, &on_push)
+            .await
+            .map_err(|error| {
+                RedisError::from((
+                    error.kind(),
+                    "cannot connect to the master the sentinels named",
+                    format!("master `{master_name}` at {addr}: {error}"),
+                ))
+            })?;
         check_master(&backend, &addr, &master_name).await?;
         let shared = Shared {
             sentinels,
@@ -353,7 +360,7 @@ async fn resolve(sentinels: &[String], name: &str) -> Result<String, RedisError>
     }
     Err(RedisError::from((
         ErrorKind::InvalidClientConfig,
-        "no sentinel named the master",
+        "no sentinel gave the master's address",
         format!("master name `{name}`{failures}"),
     )))
 }

@@ -316,3 +316,59 @@ async fn the_sentinels_and_the_master_take_their_own_credentials_never_shown() {
     );
     println!("{message}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_the_replica_misses_is_refused_with_sync_replicas_and_taken_twice_without() {
+    let _serial = SERIAL.lock().await;
+    let mut sentinels = Sentinels::start();
+    let sync = Duration::from_millis(500);
+    let synced = client(&sentinels, LockClient::builder().sync_replicas(1, sync)).await;
+    let first = client(&sentinels, LockClient::builder()).await;
+    let second = client(&sentinels, LockClient::builder()).await;
+
+    // The replica's link is cut (frozen, then dropped by the master) when
+    // the lock is taken, so it never gets it; then the master dies and the
+    // replica is promoted.
+    let paused = sentinels.replica.pause();
+    let dropped: Option<i64> = sentinels
+        .master
+        .query(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"));
+    assert_eq!(dropped, Some(1), "the master dropped its replica");
+
+    // With sync_replicas, the lock is refused (and released).
+    let refused = once(&synced, "missed").await;
+    assert!(
+        matches!(refused, Err(LockError::NotReplicated { acked: 0, .. })),
+        "{refused:?}"
+    );
+
+    // Without, it is granted.
+    let options = LockOptions::new().lease(Duration::from_secs(6));
+    let holder = support::Holder::start(&first, "missed", options).await;
+    sentinels.master.kill();
+    drop(paused);
+
+    let killed = Instant::now();
+    let mut taken = None;
+    while taken.is_none() && killed.elapsed() < FAILOVER_LIMIT {
+        let options = LockOptions::new().wait(Duration::ZERO);
+        let body = async { Ok::<_, LockError>(killed.elapsed()) };
+        match second.run_locked("missed", options, body).await {
+            Ok(at) => taken = Some(at),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let taken = taken.expect("the second owner took the lock on the promoted replica");
+    let outcome = tokio::time::timeout(Duration::from_secs(15), holder.outcome())
+        .await
+        .expect("the first owner's call ended");
+    println!(
+        "without sync_replicas: the second owner took the lock {taken:?} after the kill, \
+         while the first still held it; the first ended {:?} after the kill with {outcome:?}",
+        killed.elapsed()
+    );
+    assert!(
+        matches!(outcome, Err(LockError::Lost { .. })),
+        "the first owner was told, late: {outcome:?}"
+    );
+}

@@ -47,14 +47,26 @@ impl TcpServer {
         TcpServer::start(Role::Master)
     }
 
-    /// Starts a replica of the master on `port` and waits until its link is up.
+    /// Starts a replica of the master on `port` and waits until it
+    /// acknowledges a write within `WAIT` (the master streams writes to a new
+    /// replica only after its first acknowledgement, up to a second after
+    /// the sync).
     pub fn replica_of(port: u16) -> TcpServer {
         let replica = TcpServer::start(Role::Replica(port));
-        let up = wait_until(Duration::from_secs(20), || {
-            replica
-                .info("replication")
-                .is_some_and(|info| info.contains("master_link_status:up"))
-        });
+        let acknowledged = || -> Option<bool> {
+            let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).ok()?;
+            let mut con = client
+                .get_connection_with_timeout(Duration::from_secs(2))
+                .ok()?;
+            let _: () = redis::cmd("SET")
+                .arg("support:replicated")
+                .arg(1)
+                .query(&mut con)
+                .ok()?;
+            let acked: i64 = redis::cmd("WAIT").arg(1).arg(200).query(&mut con).ok()?;
+            Some(acked == 1)
+        };
+        let up = wait_until(Duration::from_secs(20), || acknowledged() == Some(true));
         assert!(up, "replica of {port} did not sync within 20 s");
         replica
     }
@@ -93,7 +105,7 @@ impl TcpServer {
 
     fn config(&self) -> String {
         let mut conf = format!(
-            "port {}\nbind 127.0.0.1\ndir {}\nsave \"\"\nappendonly no\n",
+            "port {}\nbind 127.0.0.1\ndir {}\nsave \"\"\nappendonly no\nrepl-diskless-sync-delay 0\n",
             self.port,
             self.dir.path().display()
         );

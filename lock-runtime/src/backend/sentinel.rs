@@ -6,9 +6,9 @@
 //! failover by itself. A `+switch-master` notice of its master on any
 //! sentinel (it listens on each), or a request that fails with a connection
 //! error, a timeout, or `READONLY` (the node was demoted to a replica),
-//! starts a follower task, which asks the sentinels again every 200 ms (for at most
-//! a minute) until they name another master or the current one answers
-//! again. On a new master it connects a new [`RedisBackend`], swaps it in,
+//! starts a follower task, which asks the sentinels again every 200 ms
+//! (for at most a minute) until they name another master or the current
+//! one answers again. On a new master it connects a new [`RedisBackend`], swaps it in,
 //! subscribes there to every release channel this client listens on, and
 //! wakes every waiter, as after a reconnect: releases published during the
 //! switch were not heard. The request that failed is not retried: it fails

@@ -163,3 +163,23 @@ async fn renewals_the_replica_does_not_acknowledge_end_in_lost() {
     // Its validity ran out: no later than a lease after the pause.
     assert!(started.elapsed() < lease + Duration::from_secs(1));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_synced_acquire_dropped_while_waiting_for_the_replica_leaves_the_lock_free() {
+    let _serial = SERIAL.lock().await;
+    let master = TcpServer::master();
+    let replica = TcpServer::replica_of(master.port);
+    let client = synced_client(&master).await;
+    once(&client, "dropped").await.expect("synced lock");
+
+    let paused = replica.pause();
+    // The acquire is taken at once, then WAIT blocks for the frozen replica:
+    // the call is dropped there.
+    let cut = tokio::time::timeout(Duration::from_millis(100), once(&client, "dropped")).await;
+    assert!(cut.is_err(), "the call was still waiting for the replica");
+    let freed =
+        support::eventually(Duration::from_secs(5), || !is_held(&master, "lock:dropped")).await;
+    drop(paused);
+    assert!(freed, "the dropped call's lock was released");
+    once(&client, "dropped").await.expect("free again");
+}

@@ -10,6 +10,7 @@ use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{self as redis_backend, RedisBackend, RedisConfig};
 use crate::backend::redlock::{Node, RedlockBackend};
 use crate::backend::target::Expected;
+use crate::backend::sentinel::{MasterAuth, SentinelBackend};
 use crate::backend::{Backend, BackendError};
 use crate::error::LockError;
 use crate::io::Io;
@@ -85,6 +86,7 @@ impl fmt::Debug for LockClient {
             Backend::Redis(_) => "redis",
             Backend::Redlock(_) => "redlock",
             Backend::Memory(_) => "memory",
+            Backend::Sentinel(_) => "sentinel",
         };
         f.debug_struct("LockClient")
             .field("id", &self.inner.tag.id)
@@ -111,6 +113,7 @@ pub struct LockClientBuilder {
     lazy_connect: bool,
     /// See the TLS options in `tls.rs`.
     pub(crate) tls: TlsOptions,
+    master_auth: MasterAuth,
 }
 
 impl Default for LockClientBuilder {
@@ -129,6 +132,7 @@ impl Default for LockClientBuilder {
             client_name: None,
             lazy_connect: false,
             tls: TlsOptions::default(),
+            master_auth: MasterAuth::default(),
         }
     }
 }
@@ -224,7 +228,28 @@ impl LockClientBuilder {
     /// After each acquire, waits until `replicas` replicas of the lock's
     /// master have its write (`WAIT`), for at most `timeout`; if fewer do,
     /// the lock is released and the call fails with
-    /// [`LockError::NotReplicated`]. Off by default (0 replicas).
+    /// [`LockError::NotReplicated`].
+    ///
+    /// Off by default (0 replicas), and off costs nothing: no extra command,
+    /// connection or allocation on any call. It is off because it only
+    /// helps a master with replicas that can fail over (Sentinel, or a
+    /// replica promoted by hand), and there it costs every acquire the
+    /// replicas' acknowledgement (a replica round trip, about 0.1 ms on one
+    /// machine, more across machines; `timeout` when a replica is down) and
+    /// a connection per acquire in flight. Without it, a lock whose write
+    /// had not reached a replica when the master failed is gone on the
+    /// promoted replica, and a second owner can take it while the first
+    /// still runs (until the first one's next renewal reports it `Lost`).
+    ///
+    /// With it, an acquire and its `WAIT` go in one pipeline on a connection
+    /// no other call uses at that moment (`WAIT` counts its own connection's
+    /// writes, and blocks it). Renewals wait for the replicas too: a renewal
+    /// they did not acknowledge does not extend the lock's validity (it is
+    /// retried, and the lock is reported lost when its validity runs out),
+    /// so the body never runs on an expiry that a promoted replica would not
+    /// know. Keep `timeout` well below a third of the shortest lease: with
+    /// a replica down, every renewal batch takes `timeout`. `replicas = 0`
+    /// turns it off. Redlock ignores it: its nodes are independent masters.
     pub fn sync_replicas(mut self, replicas: usize, timeout: Duration) -> Self {
         self.sync_replicas = (replicas > 0).then_some(ReplicaSync { replicas, timeout });
         self
@@ -254,6 +279,18 @@ impl LockClientBuilder {
     /// somebody else. Once Redis is up, calls work with no other step.
     pub fn lazy_connect(mut self, lazy: bool) -> Self {
         self.lazy_connect = lazy;
+        self
+    }
+
+    /// The credentials of the master that [`sentinel`](Self::sentinel)
+    /// finds (the sentinels give its address only): an ACL user, or `None`
+    /// for `requirepass`, and its password. Each sentinel's own credentials
+    /// go in its URL. Not set by default: the master needs none.
+    pub fn sentinel_master_auth(mut self, username: Option<&str>, password: &str) -> Self {
+        self.master_auth = MasterAuth {
+            username: username.map(str::to_owned),
+            password: Some(password.to_owned()),
+        };
         self
     }
 
@@ -319,6 +356,42 @@ impl LockClientBuilder {
         self.connect_to(Target::Quorum(urls)).await
     }
 
+    /// Connects to the master named `master_name` that the sentinels at
+    /// `sentinel_urls` (`redis://[user:password@]host:port`, each asked in
+    /// turn until one answers) watch, and follows it across failovers.
+    ///
+    /// A request that fails with a connection error, a timeout or
+    /// `READONLY` (a demoted master) makes the client ask the sentinels
+    /// again, every 200 ms, until they name a new master; the client then
+    /// moves its connections and subscriptions there and wakes its waiters.
+    /// The failed request is not retried; requests made during the switch
+    /// fail with [`LockError::Backend`]. Set the master's credentials with
+    /// [`sentinel_master_auth`](Self::sentinel_master_auth). With
+    /// [`sync_replicas`](Self::sync_replicas), a lock the failover would
+    /// lose is reported lost, never held by two owners; without it, see the
+    /// README.
+    ///
+    /// # Errors
+    /// [`LockError::Connect`] with no sentinel URL, an invalid URL, when no
+    /// sentinel names a master `master_name` (the message names it and each
+    /// sentinel's answer), or when the master cannot be reached within the
+    /// connect timeout.
+    pub async fn sentinel(
+        self,
+        sentinel_urls: &[&str],
+        master_name: &str,
+    ) -> Result<LockClient, LockError> {
+        if sentinel_urls.is_empty() {
+            return Err(LockError::Connect(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "Sentinel needs at least one sentinel URL",
+            ))));
+        }
+        let urls = sentinel_urls.iter().map(|u| (*u).to_owned()).collect();
+        let master = master_name.to_owned();
+        self.connect_to(Target::Sentinel(urls, master)).await
+    }
+
     async fn connect_to(self, target: Target) -> Result<LockClient, LockError> {
         let place = target.place();
         let io = self.io().map_err(|e| LockError::Connect(e.into()))?;
@@ -360,6 +433,7 @@ impl LockClientBuilder {
             retries: 2,
             client_name: Some(record.name.clone()),
             tls: tls.clone(),
+            sync_replicas: self.sync_replicas,
         };
         // A Redlock node that is down must cost at most its timeout, and
         // fail at once when it refuses connections.
@@ -369,6 +443,7 @@ impl LockClientBuilder {
             retries: 0,
             client_name: Some(record.name.clone()),
             tls,
+            sync_replicas: None,
         };
         let (node_timeout, drift_factor) = (self.node_timeout, self.drift_factor);
         // Eager connections; connections of the callers' runtimes unless the
@@ -377,6 +452,7 @@ impl LockClientBuilder {
         let modes = (lazy, !self.on_current_runtime);
         let client_id = id.clone();
         let waited_on = place.clone();
+        let master_auth = self.master_auth.clone();
         let connecting = io.spawn(async move {
             let connecting = async {
                 match target {
@@ -413,6 +489,13 @@ impl LockClientBuilder {
                             redlock.check().await?;
                         }
                         Ok(Backend::Redlock(redlock))
+                    }
+                    Target::Sentinel(urls, master) => {
+                        let push = (client_id, Arc::new(on_push) as _);
+                        let backend =
+                            SentinelBackend::connect(urls, master, master_auth, config, push)
+                                .await?;
+                        Ok(Backend::Sentinel(backend))
                     }
                 }
             };
@@ -519,6 +602,8 @@ impl LockClientBuilder {
 enum Target {
     One(String),
     Quorum(Vec<String>),
+    /// The sentinels' URLs and the master's name.
+    Sentinel(Vec<String>, String),
 }
 
 impl Target {
@@ -530,6 +615,11 @@ impl Target {
                 let mut nodes: Vec<Arc<str>> = urls.iter().map(|u| node_name(u)).collect();
                 nodes.sort();
                 nodes.join(",").into()
+            }
+            Target::Sentinel(urls, master) => {
+                let mut nodes: Vec<Arc<str>> = urls.iter().map(|u| node_name(u)).collect();
+                nodes.sort();
+                format!("sentinel:{master}@{}", nodes.join(",")).into()
             }
         }
     }
@@ -596,6 +686,19 @@ impl LockClient {
     /// As [`LockClientBuilder::redlock`].
     pub async fn redlock(urls: &[&str]) -> Result<LockClient, LockError> {
         Self::builder().redlock(urls).await
+    }
+
+    /// Connects to the master `master_name` through the sentinels at
+    /// `sentinel_urls` with the default options; see
+    /// [`LockClientBuilder::sentinel`].
+    ///
+    /// # Errors
+    /// As [`LockClientBuilder::sentinel`].
+    pub async fn sentinel(
+        sentinel_urls: &[&str],
+        master_name: &str,
+    ) -> Result<LockClient, LockError> {
+        Self::builder().sentinel(sentinel_urls, master_name).await
     }
 
     /// Connects to one Redis node with the default options; see

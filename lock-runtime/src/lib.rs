@@ -109,6 +109,10 @@
 //!   the [fencing guide](guide::fencing) for how, in Lua and SQL.
 //! - [`LockClient::redlock`] locks by quorum across N independent Redis
 //!   masters, with the same behaviour for the caller.
+//! - [`LockClient::sentinel`] locks on the master that Redis Sentinel
+//!   names and follows it across failovers;
+//!   [`sync_replicas`](LockClientBuilder::sync_replicas) makes each acquire
+//!   and renewal wait for replicas, so a failover loses no lock silently.
 //! - One watchdog task per client renews every held lock at a third of its
 //!   lease, batching locks into one script call. A renewal that finds the lock
 //!   gone, or a lease that runs out with no successful renewal, stops the body

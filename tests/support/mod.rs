@@ -2,6 +2,8 @@
 //! temporary directory, stopped by its pid.
 #![allow(dead_code)]
 
+pub mod sentinel;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -43,6 +43,7 @@ impl Backend {
     pub(crate) async fn inspect(&self, key: &str) -> Result<LockView, BackendError> {
         match self {
             Backend::Redis(b) => Ok(inspect_node(b, key).await?),
+            Backend::Sentinel(b) => Ok(inspect_node(&b.current(), key).await?),
             Backend::Redlock(b) => polled_on(b.home(), inspect_quorum(b, key)).await,
             Backend::Memory(b) => Ok(b.peek(key).map(|(owner, ttl, token)| NodeLock {
                 fence: token,
@@ -62,6 +63,7 @@ impl Backend {
     ) -> Result<Option<u64>, BackendError> {
         match self {
             Backend::Redis(b) => Ok(force_node(b, key, client_id).await?),
+            Backend::Sentinel(b) => Ok(force_node(&b.current(), key, client_id).await?),
             Backend::Redlock(b) => polled_on(b.home(), force_quorum(b, key, client_id)).await,
             Backend::Memory(b) => Ok(b.force_free(key)),
         }
@@ -71,6 +73,7 @@ impl Backend {
     pub(crate) async fn announce(&self, record: &ClientRecord) -> Result<(), BackendError> {
         match self {
             Backend::Redis(b) => Ok(announce_node(b, record).await?),
+            Backend::Sentinel(b) => Ok(announce_node(&b.current(), record).await?),
             Backend::Redlock(b) => {
                 let answers =
                     polled_on(b.home(), b.on_all(|node| announce_node(node, record))).await;
@@ -91,6 +94,7 @@ impl Backend {
     pub(crate) async fn retire(&self, record: &ClientRecord) -> Result<(), BackendError> {
         match self {
             Backend::Redis(b) => Ok(retire_node(b, record).await?),
+            Backend::Sentinel(b) => Ok(retire_node(&b.current(), record).await?),
             Backend::Redlock(b) => {
                 let _ = polled_on(b.home(), b.on_all(|node| retire_node(node, record))).await;
                 Ok(())
@@ -104,6 +108,7 @@ impl Backend {
     pub(crate) async fn client_entry(&self, key: &str) -> Result<Option<Entry>, BackendError> {
         match self {
             Backend::Redis(b) => Ok(entry_node(b, key).await?),
+            Backend::Sentinel(b) => Ok(entry_node(&b.current(), key).await?),
             Backend::Redlock(b) => {
                 let answers = polled_on(b.home(), b.on_all(|node| entry_node(node, key))).await;
                 Ok(answers.into_iter().flatten().flatten().next())

@@ -1,5 +1,5 @@
-//! Where locks live: one Redis node, a quorum of independent Redis masters
-//! (Redlock), or this process's memory.
+//! Where locks live: one Redis node, a master found through Sentinel, a
+//! quorum of independent Redis masters (Redlock), or this process's memory.
 //!
 //! Every backend answers the same three questions, each decided atomically:
 //! take a lock for one acquisition, free it, and reset the leases of a batch
@@ -12,6 +12,8 @@ pub(crate) mod local;
 pub(crate) mod memory;
 pub(crate) mod redis;
 pub(crate) mod redlock;
+pub(crate) mod replicated;
+pub(crate) mod sentinel;
 pub(crate) mod target;
 
 use std::time::Duration;
@@ -98,7 +100,6 @@ pub(crate) enum Acquire {
     /// The owner took the lock, but fewer replicas than the client's
     /// `sync_replicas` asks for acknowledged the write in time: the caller
     /// releases it and fails.
-    #[allow(dead_code)] // until a backend waits for replicas
     NotReplicated {
         /// How many replicas acknowledged it.
         acked: usize,
@@ -151,6 +152,8 @@ pub(crate) enum Backend {
     Redis(redis::RedisBackend),
     Redlock(redlock::RedlockBackend),
     Memory(memory::MemoryBackend),
+    /// A master found through Sentinel, followed across failovers.
+    Sentinel(sentinel::SentinelBackend),
 }
 
 impl Backend {
@@ -173,6 +176,7 @@ impl Backend {
             Backend::Redis(b) => Ok(b.acquire(route, key, owner, lease).await?),
             Backend::Redlock(b) => polled_on(b.home(), b.acquire(key, owner, lease)).await,
             Backend::Memory(b) => Ok(b.acquire(key, owner, lease)),
+            Backend::Sentinel(b) => Ok(b.acquire(key, owner, lease).await?),
         }
     }
 
@@ -190,6 +194,7 @@ impl Backend {
             Backend::Redis(b) => Ok(b.release(route, key, owner, token).await?),
             Backend::Redlock(b) => polled_on(b.home(), b.release(key, owner, token)).await,
             Backend::Memory(b) => Ok(b.release(key, owner)),
+            Backend::Sentinel(b) => Ok(b.release(key, owner, token).await?),
         }
     }
 
@@ -202,6 +207,7 @@ impl Backend {
             Backend::Redis(b) => Ok(b.renew(items).await?),
             Backend::Redlock(b) => b.renew(items).await,
             Backend::Memory(b) => Ok(b.renew(items)),
+            Backend::Sentinel(b) => Ok(b.renew(items).await?),
         }
     }
 
@@ -211,6 +217,7 @@ impl Backend {
             Backend::Redis(b) => Ok(b.subscribe(key).await?),
             Backend::Redlock(b) => b.subscribe(key).await,
             Backend::Memory(_) => Ok(()),
+            Backend::Sentinel(b) => Ok(b.subscribe(key).await?),
         }
     }
 
@@ -220,6 +227,7 @@ impl Backend {
             Backend::Redis(b) => Ok(b.unsubscribe(key).await?),
             Backend::Redlock(b) => b.unsubscribe(key).await,
             Backend::Memory(_) => Ok(()),
+            Backend::Sentinel(b) => Ok(b.unsubscribe(key).await?),
         }
     }
 

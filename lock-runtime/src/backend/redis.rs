@@ -12,9 +12,11 @@ use redis::{
 use tokio::runtime::Handle;
 
 use super::local::LocalConnections;
+use super::replicated::Replicated;
 use super::{millis, Acquire, Release, RenewItem, Renewal, Route};
 use crate::io::polled_on;
 use crate::tls::TlsConfig;
+use crate::replica_sync::ReplicaSync;
 
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(&acquire_source()));
 static RELEASE: LazyLock<Script> =
@@ -40,6 +42,7 @@ fn acquire_source() -> String {
 }
 
 /// How the backend connects.
+#[derive(Clone)]
 pub(crate) struct RedisConfig {
     pub connect_timeout: Duration,
     pub command_timeout: Duration,
@@ -52,6 +55,15 @@ pub(crate) struct RedisConfig {
     pub client_name: Option<Arc<str>>,
     /// The client's TLS options, for `rediss://` URLs.
     pub tls: TlsConfig,
+    /// See [`crate::LockClientBuilder::sync_replicas`]; `None` adds nothing
+    /// to any request.
+    pub sync_replicas: Option<ReplicaSync>,
+}
+
+/// Opens a client for `url`: every connection of this crate to a node or a
+/// sentinel starts here.
+pub(crate) fn open_client(url: &str, tls: &TlsConfig) -> Result<Client, RedisError> {
+    tls.client(url)
 }
 
 /// Two self-reconnecting connections: one for the scripts, one (RESP3) that
@@ -70,6 +82,8 @@ pub(crate) struct RedisBackend {
     /// first.
     home: Handle,
     local: Option<Arc<LocalConnections>>,
+    /// The connections of replica-synced requests, with `sync_replicas` on.
+    replicated: Option<Arc<Replicated>>,
 }
 
 impl RedisBackend {
@@ -86,8 +100,14 @@ impl RedisBackend {
         on_push: impl Fn(PushInfo) + Send + Sync + 'static,
         (lazy, local): (bool, bool),
     ) -> Result<Self, RedisError> {
-        let client = config.tls.client(url)?;
+        let client = open_client(url, &config.tls)?;
         let home = Handle::current();
+        let replicated = config.sync_replicas.map(|sync| {
+            let synced_config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(config.connect_timeout))
+                .set_response_timeout(Some(config.command_timeout + sync.timeout));
+            Arc::new(Replicated::new(sync, client.clone(), synced_config))
+        });
         let local = local.then(|| {
             let local_config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(config.connect_timeout))
@@ -136,6 +156,7 @@ impl RedisBackend {
             client_id,
             home,
             local,
+            replicated,
         })
     }
 
@@ -185,24 +206,86 @@ impl RedisBackend {
         owner: &str,
         lease: Duration,
     ) -> Result<Acquire, RedisError> {
+        if let Some(replicated) = &self.replicated {
+            // Boxed, so the default path's future does not grow by its state.
+            return Box::pin(self.acquire_synced(replicated, key, owner, lease)).await;
+        }
         let args = (owner, millis(lease));
         let answer: i64 = self
             .eval(route, &ACQUIRE, key, args, owner.len() + 20)
             .await?;
-        // acquire.lua answers the token (> 0), or -2 - the holder's TTL.
-        Ok(match answer {
-            1.. => Acquire::Acquired(answer.unsigned_abs()),
-            -1 => Acquire::Held(None),
-            ..=-2 => Acquire::Held(Some(Duration::from_millis((-2 - answer).unsigned_abs()))),
-            0 => {
-                return Err(RedisError::from((
-                    redis::ErrorKind::Parse,
-                    "acquire.lua answered 0, which is not a fencing token",
-                )))
-            }
-        })
+        acquired(answer)
     }
 
+    /// An acquire followed by `WAIT` (see [`Replicated`]); a lock taken
+    /// without enough replicas is `NotReplicated`.
+    #[cold]
+    async fn acquire_synced(
+        &self,
+        replicated: &Arc<Replicated>,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Acquire, RedisError> {
+        let cmd = evalsha_cmd(&ACQUIRE, key, (owner, millis(lease)), owner.len() + 20);
+        let release = {
+            let (key, owner, client_id) =
+                (key.to_owned(), owner.to_owned(), self.client_id.clone());
+            move || evalsha_cmd(&RELEASE, &key, (&*owner, &*client_id, 0), 128)
+        };
+        let (answer, acked) = replicated
+            .acquire(&self.home, &ACQUIRE, cmd, release)
+            .await?;
+        match acquired(answer)? {
+            Acquire::Acquired(_) if acked < replicated.sync.replicas => {
+                Ok(Acquire::NotReplicated { acked })
+            }
+            answer => Ok(answer),
+        }
+    }
+}
+
+/// The meaning of acquire.lua's answer: the token (> 0), or -2 - the
+/// holder's TTL (-1: no expiry).
+fn acquired(answer: i64) -> Result<Acquire, RedisError> {
+    Ok(match answer {
+        1.. => Acquire::Acquired(answer.unsigned_abs()),
+        -1 => Acquire::Held(None),
+        ..=-2 => Acquire::Held(Some(Duration::from_millis((-2 - answer).unsigned_abs()))),
+        0 => {
+            return Err(RedisError::from((
+                redis::ErrorKind::Parse,
+                "acquire.lua answered 0, which is not a fencing token",
+            )))
+        }
+    })
+}
+
+/// The meaning of renew.lua's answer for one lock; a renewal the replicas
+/// did not acknowledge (`synced` false) is not known to last.
+fn renewal(answer: i64, synced: bool) -> Renewal {
+    match (answer, synced) {
+        (1, true) => Renewal::Renewed,
+        (1, false) => Renewal::Unknown,
+        _ => Renewal::Gone,
+    }
+}
+
+/// An EVALSHA of `script` on `key` with `args`, built in one buffer of about
+/// `args_size` bytes more than the fixed part, rather than through
+/// `ScriptInvocation`, which allocates every argument on its own: this is
+/// the hot path.
+fn evalsha_cmd(script: &Script, key: &str, args: impl ToRedisArgs, args_size: usize) -> Cmd {
+    let mut cmd = Cmd::with_capacity(7, 96 + key.len() + args_size);
+    cmd.arg("EVALSHA")
+        .arg(script.get_hash())
+        .arg(1)
+        .arg(key)
+        .arg(args);
+    cmd
+}
+
+impl RedisBackend {
     pub(crate) async fn release(
         &self,
         route: &Route,
@@ -247,12 +330,7 @@ impl RedisBackend {
         args: impl ToRedisArgs,
         args_size: usize,
     ) -> Result<T, RedisError> {
-        let mut cmd = Cmd::with_capacity(7, 96 + key.len() + args_size);
-        cmd.arg("EVALSHA")
-            .arg(script.get_hash())
-            .arg(1)
-            .arg(key)
-            .arg(args);
+        let cmd = evalsha_cmd(script, key, args, args_size);
         match route {
             Route::Home => {
                 let mut con = self.commands.clone();
@@ -270,20 +348,39 @@ impl RedisBackend {
 
     /// Renewed or gone, per item; an error leaves them all unknown.
     pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Renewal>, RedisError> {
+        if let Some(replicated) = &self.replicated {
+            return self.renew_synced(replicated, items).await;
+        }
         let mut call = RENEW.prepare_invoke();
         for item in items {
             call.key(item.key).arg(item.owner).arg(millis(item.lease));
         }
         let mut con = self.commands.clone();
         let renewed: Vec<i64> = polled_on(&self.home, call.invoke_async(&mut con)).await?;
-        let found = |r| {
-            if r == 1 {
-                Renewal::Renewed
-            } else {
-                Renewal::Gone
-            }
-        };
-        Ok(renewed.into_iter().map(found).collect())
+        Ok(renewed.into_iter().map(|r| renewal(r, true)).collect())
+    }
+
+    /// A renewal batch followed by `WAIT` (see [`Replicated`]). Without
+    /// enough replicas, a renewed lock is `Unknown`: a failover now would
+    /// promote a replica that keeps the older expiry, so the lock's validity
+    /// is not extended, and the watchdog tries again until it runs out.
+    async fn renew_synced(
+        &self,
+        replicated: &Replicated,
+        items: &[RenewItem<'_>],
+    ) -> Result<Vec<Renewal>, RedisError> {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(RENEW.get_hash()).arg(items.len());
+        for item in items {
+            cmd.arg(item.key);
+        }
+        for item in items {
+            cmd.arg(item.owner).arg(millis(item.lease));
+        }
+        let (renewed, acked): (Vec<i64>, usize) =
+            replicated.renew(&self.home, &RENEW, &cmd).await?;
+        let synced = acked >= replicated.sync.replicas;
+        Ok(renewed.into_iter().map(|r| renewal(r, synced)).collect())
     }
 
     pub(crate) async fn subscribe(&self, key: &str) -> Result<(), RedisError> {
@@ -294,6 +391,20 @@ impl RedisBackend {
     pub(crate) async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
         let mut con = self.pubsub.clone();
         polled_on(&self.home, con.unsubscribe(key)).await
+    }
+
+    /// The node's role (`master`, `slave`, `sentinel`), from `ROLE`.
+    pub(crate) async fn role(&self) -> Result<String, RedisError> {
+        let mut con = self.commands.clone();
+        let role: Vec<Value> =
+            polled_on(&self.home, redis::cmd("ROLE").query_async(&mut con)).await?;
+        match role.into_iter().next() {
+            Some(kind) => Ok(redis::from_redis_value(kind)?),
+            None => Err(RedisError::from((
+                ErrorKind::Parse,
+                "ROLE answered nothing",
+            ))),
+        }
     }
 
     /// Whether the node can hold locks: a master outside a cluster (see

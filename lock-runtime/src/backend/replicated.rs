@@ -1,0 +1,163 @@
+//! Replica-synced writes on one node (`sync_replicas`): an acquire, or a
+//! renewal batch, and `WAIT n timeout` in one pipeline.
+//!
+//! `WAIT` counts the writes of its own connection and blocks that connection
+//! until the replicas answer, so it must follow the write on the same
+//! connection, and no other call may share that connection meanwhile. Each
+//! synced request takes a connection of its own from a small pool (made on
+//! demand, a few kept idle), never the client's shared one. None of this
+//! exists when `sync_replicas` is off.
+//!
+//! An acquire runs in a task of its own on the client's runtime: if the
+//! caller is dropped while the pipeline is on the wire, the task releases a
+//! lock it took on that same connection, so the release cannot overtake the
+//! acquire.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use redis::aio::MultiplexedConnection;
+use redis::{
+    AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, RedisError, Script,
+    ServerErrorKind, Value,
+};
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+
+use super::millis;
+use crate::io::polled_on;
+use crate::replica_sync::ReplicaSync;
+
+/// Idle synced connections kept for later requests; more are made when
+/// more requests run at once, and closed after them.
+const IDLE_KEPT: usize = 16;
+
+/// What `sync_replicas` needs on one node: how many replicas, and the
+/// connections that carry the synced requests.
+pub(crate) struct Replicated {
+    pub sync: ReplicaSync,
+    client: Client,
+    /// The response timeout covers the command timeout and the WAIT.
+    config: AsyncConnectionConfig,
+    idle: Mutex<Vec<MultiplexedConnection>>,
+}
+
+impl Replicated {
+    pub(crate) fn new(sync: ReplicaSync, client: Client, config: AsyncConnectionConfig) -> Self {
+        Replicated {
+            sync,
+            client,
+            config,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A connection that no other call uses until it is given back.
+    async fn take(&self) -> Result<MultiplexedConnection, RedisError> {
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        match idle {
+            Some(con) => Ok(con),
+            None => {
+                self.client
+                    .get_multiplexed_async_connection_with_config(&self.config)
+                    .await
+            }
+        }
+    }
+
+    fn give_back(&self, con: MultiplexedConnection) {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < IDLE_KEPT {
+            idle.push(con);
+        }
+    }
+
+    /// `cmd` (an EVALSHA of `script`) then `WAIT`, in one pipeline on `con`:
+    /// the script's answer and how many replicas acknowledged. The script is
+    /// loaded and the pipeline sent again after a `NOSCRIPT`.
+    async fn with_wait<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        cmd: &Cmd,
+        con: &mut MultiplexedConnection,
+    ) -> Result<(T, usize), RedisError> {
+        let mut pipe = redis::pipe();
+        pipe.add_command(cmd.clone())
+            .cmd("WAIT")
+            .arg(self.sync.replicas)
+            .arg(millis(self.sync.timeout));
+        // Errors are kept per command, so the script's own (`LOCKLAYOUT`,
+        // `NOSCRIPT`) keeps its code.
+        pipe.ignore_errors();
+        let mut answer = pipe.query_async::<(Value, Value)>(con).await?;
+        if matches!(&answer.0, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
+        {
+            script.load_async(con).await?;
+            answer = pipe.query_async(con).await?;
+        }
+        let (reply, acked) = answer;
+        let reply = redis::from_redis_value(reply.extract_error()?)?;
+        let acked: usize = redis::from_redis_value(acked.extract_error()?)?;
+        Ok((reply, acked))
+    }
+
+    /// Runs the acquire `cmd` of `script` and `WAIT` on a connection of its
+    /// own: the acquire's answer and the replicas that acknowledged. If the
+    /// caller is gone when the answer comes and the lock was taken (a
+    /// positive answer), `release` is sent after it on the same connection.
+    pub(crate) async fn acquire(
+        self: &Arc<Self>,
+        home: &Handle,
+        script: &'static Script,
+        cmd: Cmd,
+        release: impl FnOnce() -> Cmd + Send + 'static,
+    ) -> Result<(i64, usize), RedisError> {
+        let (answer_tx, answer_rx) = oneshot::channel();
+        let this = self.clone();
+        home.spawn(async move {
+            let mut con = match this.take().await {
+                Ok(con) => con,
+                Err(error) => {
+                    let _ = answer_tx.send(Err(error));
+                    return;
+                }
+            };
+            let answer = this.with_wait::<i64>(script, &cmd, &mut con).await;
+            let reusable = answer.is_ok();
+            if let Err(Ok((1.., _))) = answer_tx.send(answer) {
+                let _ = release().query_async::<Value>(&mut con).await;
+            }
+            if reusable {
+                this.give_back(con);
+            }
+        });
+        answer_rx.await.unwrap_or_else(|_| {
+            Err(RedisError::from((
+                ErrorKind::Io,
+                "the client stopped during a replica-synced acquire",
+            )))
+        })
+    }
+
+    /// Runs the renewal `cmd` of `script` and `WAIT`: the renewal's answer
+    /// and the replicas that acknowledged.
+    pub(crate) async fn renew<T: FromRedisValue>(
+        &self,
+        home: &Handle,
+        script: &Script,
+        cmd: &Cmd,
+    ) -> Result<(T, usize), RedisError> {
+        polled_on(home, async {
+            let mut con = self.take().await?;
+            let answer = self.with_wait(script, cmd, &mut con).await;
+            if answer.is_ok() {
+                self.give_back(con);
+            }
+            answer
+        })
+        .await
+    }
+}

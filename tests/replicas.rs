@@ -1,0 +1,185 @@
+//! `sync_replicas` on a master with one replica, both real redis-server
+//! processes on loopback ports: synced locks work, an acquire that the
+//! replica does not acknowledge fails with `NotReplicated` and leaves the
+//! lock free, renewals the replica does not acknowledge end in `Lost`, and
+//! the cost per acquire. One test at a time: the replica is frozen.
+mod support;
+
+use std::time::Duration;
+
+use lock_runtime::{LockClient, LockError, LockOptions, LossReason};
+use support::sentinel::TcpServer;
+use support::{parse_lock, Holder};
+use tokio::time::Instant;
+
+const SYNC_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The tests of this binary run one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn synced_client(master: &TcpServer) -> LockClient {
+    LockClient::builder()
+        .sync_replicas(1, SYNC_TIMEOUT)
+        .connect(&master.url())
+        .await
+        .expect("connect")
+}
+
+async fn once(client: &LockClient, key: &str) -> Result<(), LockError> {
+    let options = LockOptions::new().wait(Duration::from_secs(5));
+    client
+        .run_locked(key, options, async { Ok::<_, LockError>(()) })
+        .await
+}
+
+/// Whether the lock `key` (full key) is held on `server`.
+fn is_held(server: &TcpServer, key: &str) -> bool {
+    let value: Option<String> = server.query(redis::cmd("GET").arg(key)).flatten();
+    value
+        .and_then(|v| parse_lock(&v))
+        .is_some_and(|(_, state, _)| state != "f")
+}
+
+/// How many times `command` ran on `server`, from INFO commandstats.
+fn calls(server: &TcpServer, command: &str) -> u64 {
+    let info = server.info("commandstats").unwrap_or_default();
+    let prefix = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The mean time of `n` uncontended lock-and-release pairs.
+async fn pair_time(client: &LockClient, n: u32) -> Duration {
+    once(client, "warm-up").await.expect("warm-up");
+    let start = Instant::now();
+    for _ in 0..n {
+        once(client, "pair").await.expect("pair");
+    }
+    start.elapsed() / n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synced_locks_work_and_cost_one_replica_acknowledgement() {
+    let _serial = SERIAL.lock().await;
+    let master = TcpServer::master();
+    let replica = TcpServer::replica_of(master.port);
+    let synced = synced_client(&master).await;
+    let plain = LockClient::connect(&master.url()).await.expect("connect");
+
+    // Off: no WAIT at all (counted from here: starting the replica waited).
+    let _: Option<()> = master.query(redis::cmd("CONFIG").arg("RESETSTAT"));
+    let plain_time = pair_time(&plain, 200).await;
+    assert_eq!(calls(&master, "wait"), 0, "sync_replicas off sends no WAIT");
+
+    let synced_time = pair_time(&synced, 200).await;
+    assert_eq!(calls(&master, "wait"), 201, "one WAIT per synced acquire");
+    println!(
+        "uncontended pair: {plain_time:?} without sync_replicas, {synced_time:?} with \
+         sync_replicas(1) (+{:?} per acquire)",
+        synced_time.saturating_sub(plain_time)
+    );
+
+    // The lock's write is on the replica when the body runs.
+    synced
+        .run_locked("on-replica", LockOptions::new(), async {
+            assert!(
+                is_held(&replica, "lock:on-replica"),
+                "the replica has the lock"
+            );
+            Ok::<_, LockError>(())
+        })
+        .await
+        .expect("synced lock");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_the_replica_does_not_acknowledge_fails_and_leaves_the_lock_free() {
+    let _serial = SERIAL.lock().await;
+    let master = TcpServer::master();
+    let replica = TcpServer::replica_of(master.port);
+    let client = synced_client(&master).await;
+    once(&client, "order:1").await.expect("synced lock");
+
+    let started = Instant::now();
+    let outcome = {
+        let _paused = replica.pause();
+        once(&client, "order:1").await
+    };
+    let took = started.elapsed();
+    match outcome {
+        Err(LockError::NotReplicated {
+            key,
+            needed,
+            acked,
+            timeout,
+        }) => {
+            assert_eq!(key, "lock:order:1");
+            assert_eq!((needed, acked, timeout), (1, 0, SYNC_TIMEOUT));
+        }
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    assert!(
+        took >= SYNC_TIMEOUT.mul_f64(0.9) && took < SYNC_TIMEOUT + Duration::from_secs(2),
+        "failed after about the timeout, not {took:?}"
+    );
+    assert!(!is_held(&master, "lock:order:1"), "the lock was released");
+
+    // Resumed: it works again, for this client and another.
+    once(&client, "order:1").await.expect("synced lock again");
+    let other = LockClient::connect(&master.url()).await.expect("connect");
+    once(&other, "order:1")
+        .await
+        .expect("free for another client");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_the_replica_does_not_acknowledge_end_in_lost() {
+    let _serial = SERIAL.lock().await;
+    let master = TcpServer::master();
+    let replica = TcpServer::replica_of(master.port);
+    let client = synced_client(&master).await;
+    let lease = Duration::from_millis(1500);
+    let holder = Holder::start(&client, "report", LockOptions::new().lease(lease)).await;
+
+    let paused = replica.pause();
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(Duration::from_secs(10), holder.outcome())
+        .await
+        .expect("the holder ended within 10 s");
+    drop(paused);
+    assert!(
+        matches!(
+            outcome,
+            Err(LockError::Lost {
+                reason: LossReason::Expired,
+                ..
+            })
+        ),
+        "expected Lost(Expired), got {outcome:?}"
+    );
+    // Its validity ran out: no later than a lease after the pause.
+    assert!(started.elapsed() < lease + Duration::from_secs(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_synced_acquire_dropped_while_waiting_for_the_replica_leaves_the_lock_free() {
+    let _serial = SERIAL.lock().await;
+    let master = TcpServer::master();
+    let replica = TcpServer::replica_of(master.port);
+    let client = synced_client(&master).await;
+    once(&client, "dropped").await.expect("synced lock");
+
+    let paused = replica.pause();
+    // The acquire is taken at once, then WAIT blocks for the frozen replica:
+    // the call is dropped there.
+    let cut = tokio::time::timeout(Duration::from_millis(100), once(&client, "dropped")).await;
+    assert!(cut.is_err(), "the call was still waiting for the replica");
+    let freed =
+        support::eventually(Duration::from_secs(5), || !is_held(&master, "lock:dropped")).await;
+    drop(paused);
+    assert!(freed, "the dropped call's lock was released");
+    once(&client, "dropped").await.expect("free again");
+}

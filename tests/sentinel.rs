@@ -1,0 +1,374 @@
+//! Sentinel: a master, a replica and three sentinels, real redis-server
+//! processes on loopback ports. Locks work through the sentinels, follow a
+//! failover after the master is killed, and a lock held across the failover
+//! with `sync_replicas` is reported lost before another owner gets it. One
+//! test at a time: each starts five servers and kills one.
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_runtime::{LockClient, LockError, LockOptions};
+use support::parse_lock;
+use support::sentinel::{Role, Sentinels, TcpServer, MASTER_NAME};
+use tokio::time::Instant;
+
+/// The tests of this binary run one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// How long calls may fail after the master is killed.
+const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
+
+async fn client(sentinels: &Sentinels, builder: lock_runtime::LockClientBuilder) -> LockClient {
+    let urls = sentinels.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    builder
+        .command_timeout(Duration::from_secs(1))
+        .sentinel(&urls, MASTER_NAME)
+        .await
+        .expect("connect through the sentinels")
+}
+
+async fn once(client: &LockClient, key: &str) -> Result<(), LockError> {
+    let options = LockOptions::new().wait(Duration::from_secs(5));
+    client
+        .run_locked(key, options, async { Ok::<_, LockError>(()) })
+        .await
+}
+
+/// Tries `key` every 100 ms until a call succeeds, within the failover
+/// limit; how long that took.
+async fn until_it_works(client: &LockClient, key: &str) -> Duration {
+    let start = Instant::now();
+    let mut last = None;
+    while start.elapsed() < FAILOVER_LIMIT {
+        match once(client, key).await {
+            Ok(()) => return start.elapsed(),
+            Err(error) => last = Some(error),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("calls still failed {FAILOVER_LIMIT:?} after the failover: {last:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_work_through_the_sentinels_and_follow_a_failover() {
+    let _serial = SERIAL.lock().await;
+    let mut sentinels = Sentinels::start();
+    let client = client(&sentinels, LockClient::builder()).await;
+    once(&client, "order:1")
+        .await
+        .expect("lock through the sentinels");
+    let value: Option<String> = sentinels
+        .master
+        .query(redis::cmd("GET").arg("lock:order:1"))
+        .flatten();
+    assert!(
+        value.and_then(|v| parse_lock(&v)).is_some(),
+        "the lock is on the master"
+    );
+
+    sentinels.master.kill();
+    let took = until_it_works(&client, "order:2").await;
+    println!("calls worked again {took:?} after the master was killed");
+    assert_eq!(
+        sentinels.current_master_port(),
+        Some(sentinels.replica.port),
+        "the replica was promoted"
+    );
+    let value: Option<String> = sentinels
+        .replica
+        .query(redis::cmd("GET").arg("lock:order:2"))
+        .flatten();
+    assert!(value.is_some(), "the new lock is on the new master");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_synced_lock_held_across_a_failover_is_lost_before_another_owner_takes_it() {
+    let _serial = SERIAL.lock().await;
+    let mut sentinels = Sentinels::start();
+    let sync = Duration::from_millis(500);
+    let first = client(&sentinels, LockClient::builder().sync_replicas(1, sync)).await;
+    let second = client(&sentinels, LockClient::builder()).await;
+
+    // The first owner holds the lock and watches for the second one.
+    let second_runs = Arc::new(AtomicBool::new(false));
+    let overlap = Arc::new(AtomicBool::new(false));
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    let holder = tokio::spawn({
+        let (second_runs, overlap) = (second_runs.clone(), overlap.clone());
+        let options = LockOptions::new().lease(Duration::from_secs(3));
+        async move {
+            first
+                .run_locked("shared", options, async {
+                    let _ = held_tx.send(());
+                    for _ in 0..600 {
+                        if second_runs.load(Ordering::SeqCst) {
+                            overlap.store(true, Ordering::SeqCst);
+                        }
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    Ok::<_, LockError>(())
+                })
+                .await
+        }
+    });
+    held_rx.await.expect("the first owner took the lock");
+
+    sentinels.master.kill();
+    let killed = Instant::now();
+    let mut taken = None;
+    while taken.is_none() && killed.elapsed() < FAILOVER_LIMIT {
+        let options = LockOptions::new().wait(Duration::from_secs(5));
+        let body = async {
+            second_runs.store(true, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok::<_, LockError>(killed.elapsed())
+        };
+        match second.run_locked("shared", options, body).await {
+            Ok(at) => taken = Some(at),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let taken = taken.expect("the second owner took the lock after the failover");
+    let first_outcome = tokio::time::timeout(Duration::from_secs(10), holder)
+        .await
+        .expect("the first owner's call ended")
+        .expect("holder task");
+    println!(
+        "the second owner took the lock {taken:?} after the master was killed; \
+         the first owner's call ended with {first_outcome:?}"
+    );
+    assert!(
+        matches!(first_outcome, Err(LockError::Lost { .. })),
+        "the first owner was told the lock was lost, not {first_outcome:?}"
+    );
+    assert!(
+        !overlap.load(Ordering::SeqCst),
+        "the first body still ran when the second owner had the lock"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_master_name_is_a_connect_error_naming_it() {
+    let _serial = SERIAL.lock().await;
+    let master = TcpServer::master();
+    let sentinel = TcpServer::sentinel(master.port, 1);
+    let url = sentinel.url();
+    let error = LockClient::sentinel(&[&url], "no-such-master")
+        .await
+        .expect_err("no master of that name");
+    let message = format!(
+        "{error}: {}",
+        std::error::Error::source(&error).expect("cause")
+    );
+    assert!(matches!(error, LockError::Connect(_)), "{message}");
+    assert!(message.contains("no-such-master"), "{message}");
+    println!("{message}");
+
+    // The right name connects.
+    let client = LockClient::sentinel(&[&url], MASTER_NAME)
+        .await
+        .expect("connect");
+    once(&client, "k").await.expect("lock");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_failover_is_followed_and_waiters_are_woken_on_the_new_master() {
+    let _serial = SERIAL.lock().await;
+    let sentinels = Sentinels::start();
+    let holder_client = client(&sentinels, LockClient::builder()).await;
+    let waiter_client = client(&sentinels, LockClient::builder()).await;
+
+    // One client holds the lock; the other waits for it.
+    let holder = support::Holder::start(&holder_client, "w", LockOptions::new()).await;
+    let waiter_probe = waiter_client.clone();
+    let waiter = tokio::spawn(async move {
+        let options = LockOptions::new().wait(Duration::from_secs(25));
+        waiter_client
+            .run_locked("w", options, async { Ok::<_, LockError>(Instant::now()) })
+            .await
+    });
+    let marked = support::eventually(Duration::from_secs(10), || {
+        let value: Option<String> = sentinels
+            .master
+            .query(redis::cmd("GET").arg("lock:w"))
+            .flatten();
+        value
+            .and_then(|v| parse_lock(&v))
+            .is_some_and(|(_, state, _)| state == "w")
+    })
+    .await;
+    assert!(marked, "the waiter tried the lock");
+
+    // A graceful failover: the old master stays up, demoted to a replica, so
+    // the clients' writes there fail with READONLY.
+    let failover = support::sentinel::wait_until(Duration::from_secs(20), || {
+        sentinels.sentinels[0]
+            .query::<String>(redis::cmd("SENTINEL").arg("FAILOVER").arg(MASTER_NAME))
+            .is_some()
+    });
+    assert!(failover, "SENTINEL FAILOVER was accepted");
+    let promoted = support::sentinel::wait_until(FAILOVER_LIMIT, || {
+        sentinels.current_master_port() == Some(sentinels.replica.port)
+            && sentinels
+                .replica
+                .query::<Vec<redis::Value>>(&mut redis::cmd("ROLE"))
+                .and_then(|role| role.into_iter().next())
+                .is_some_and(|kind| kind == redis::Value::BulkString(b"master".to_vec()))
+    });
+    assert!(promoted, "the replica was promoted");
+    // Both clients move to the new master (told by the sentinels, or by
+    // READONLY from the demoted one).
+    for client in [&holder_client, &waiter_probe] {
+        let start = Instant::now();
+        let mut n = 0;
+        let moved = loop {
+            n += 1;
+            let key = format!("probe:{n}");
+            let on_new_master = once(client, &key).await.is_ok() && {
+                let value: Option<String> = sentinels
+                    .replica
+                    .query(redis::cmd("GET").arg(format!("lock:{key}")))
+                    .flatten();
+                value.is_some()
+            };
+            if on_new_master || start.elapsed() > FAILOVER_LIMIT {
+                break on_new_master;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(moved, "calls reach the new master");
+        println!(
+            "calls reached the new master {:?} after it was promoted",
+            start.elapsed()
+        );
+    }
+
+    // The holder releases on the new master; the waiter, subscribed there
+    // by the switch, is woken by the notice rather than the 30 s lease.
+    let released = Instant::now();
+    holder
+        .release()
+        .await
+        .expect("the holder kept its lock across the failover");
+    let got = tokio::time::timeout(Duration::from_secs(25), waiter)
+        .await
+        .expect("the waiter ended")
+        .expect("waiter task")
+        .expect("the waiter took the lock");
+    let after = got.saturating_duration_since(released);
+    println!("the waiter took the lock {after:?} after the release");
+    assert!(
+        after < Duration::from_secs(5),
+        "woken by the release, not the lease: {after:?}"
+    );
+}
+
+/// An error and all its causes, as one line.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sentinels_and_the_master_take_their_own_credentials_never_shown() {
+    let _serial = SERIAL.lock().await;
+    let master = TcpServer::start_with(Role::Master, "requirepass m-secret\n", Some("m-secret"));
+    let sentinel = TcpServer::start_with(
+        Role::Sentinel(master.port, 1),
+        &format!("requirepass s-secret\nsentinel auth-pass {MASTER_NAME} m-secret\n"),
+        Some("s-secret"),
+    );
+    let url = sentinel.url();
+    let client = LockClient::builder()
+        .sentinel_master_auth(None, "m-secret")
+        .sentinel(&[&url], MASTER_NAME)
+        .await
+        .expect("connect with both passwords");
+    once(&client, "k").await.expect("lock");
+
+    let wrong_master = LockClient::builder()
+        .sentinel_master_auth(None, "wrong-master-secret")
+        .sentinel(&[&url], MASTER_NAME)
+        .await
+        .expect_err("a wrong master password");
+    let message = chain(&wrong_master);
+    assert!(!message.contains("secret"), "{message}");
+    println!("{message}");
+
+    let wrong_sentinel = url.replace("s-secret", "wrong-sentinel-secret");
+    let error = LockClient::sentinel(&[&wrong_sentinel], MASTER_NAME)
+        .await
+        .expect_err("a wrong sentinel password");
+    let message = chain(&error);
+    assert!(!message.contains("secret"), "{message}");
+    assert!(
+        message.contains(&sentinel.port.to_string()),
+        "names the sentinel: {message}"
+    );
+    println!("{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_the_replica_misses_is_refused_with_sync_replicas_and_taken_twice_without() {
+    let _serial = SERIAL.lock().await;
+    let mut sentinels = Sentinels::start();
+    let sync = Duration::from_millis(500);
+    let synced = client(&sentinels, LockClient::builder().sync_replicas(1, sync)).await;
+    let first = client(&sentinels, LockClient::builder()).await;
+    let second = client(&sentinels, LockClient::builder()).await;
+
+    // The replica's link is cut (frozen, then dropped by the master) when
+    // the lock is taken, so it never gets it; then the master dies and the
+    // replica is promoted.
+    let paused = sentinels.replica.pause();
+    let dropped: Option<i64> = sentinels
+        .master
+        .query(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"));
+    assert_eq!(dropped, Some(1), "the master dropped its replica");
+
+    // With sync_replicas, the lock is refused (and released).
+    let refused = once(&synced, "missed").await;
+    assert!(
+        matches!(refused, Err(LockError::NotReplicated { acked: 0, .. })),
+        "{refused:?}"
+    );
+
+    // Without, it is granted.
+    let options = LockOptions::new().lease(Duration::from_secs(6));
+    let holder = support::Holder::start(&first, "missed", options).await;
+    sentinels.master.kill();
+    drop(paused);
+
+    let killed = Instant::now();
+    let mut taken = None;
+    while taken.is_none() && killed.elapsed() < FAILOVER_LIMIT {
+        let options = LockOptions::new().wait(Duration::ZERO);
+        let body = async { Ok::<_, LockError>(killed.elapsed()) };
+        match second.run_locked("missed", options, body).await {
+            Ok(at) => taken = Some(at),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    let taken = taken.expect("the second owner took the lock on the promoted replica");
+    let outcome = tokio::time::timeout(Duration::from_secs(15), holder.outcome())
+        .await
+        .expect("the first owner's call ended");
+    println!(
+        "without sync_replicas: the second owner took the lock {taken:?} after the kill, \
+         while the first still held it; the first ended {:?} after the kill with {outcome:?}",
+        killed.elapsed()
+    );
+    assert!(
+        matches!(outcome, Err(LockError::Lost { .. })),
+        "the first owner was told, late: {outcome:?}"
+    );
+}

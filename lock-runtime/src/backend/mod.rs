@@ -1,5 +1,5 @@
 //! Where locks live: one Redis node, a quorum of independent Redis masters
-//! (Redlock), or this process's memory.
+//! (Redlock), a Redis Cluster, or this process's memory.
 //!
 //! Every backend answers the same three questions, each decided atomically:
 //! take a lock for one acquisition, free it, and reset the leases of a batch
@@ -7,6 +7,10 @@
 //! `docs/redis-layout.md`); re-entry is decided in the process and never
 //! reaches a backend.
 
+pub(crate) mod cluster;
+mod cluster_check;
+mod cluster_pubsub;
+mod cluster_replicas;
 pub(crate) mod local;
 pub(crate) mod memory;
 pub(crate) mod redis;
@@ -94,7 +98,6 @@ pub(crate) enum Acquire {
     /// The owner took the lock, but fewer replicas than the client's
     /// `sync_replicas` asks for acknowledged the write in time: the caller
     /// releases it and fails.
-    #[allow(dead_code)] // until a backend waits for replicas
     NotReplicated {
         /// How many replicas acknowledged it.
         acked: usize,
@@ -146,6 +149,7 @@ pub(crate) enum Route {
 pub(crate) enum Backend {
     Redis(redis::RedisBackend),
     Redlock(redlock::RedlockBackend),
+    Cluster(cluster::ClusterBackend),
     Memory(memory::MemoryBackend),
 }
 
@@ -168,6 +172,7 @@ impl Backend {
         match self {
             Backend::Redis(b) => Ok(b.acquire(route, key, owner, lease).await?),
             Backend::Redlock(b) => polled_on(b.home(), b.acquire(key, owner, lease)).await,
+            Backend::Cluster(b) => Ok(b.acquire(key, owner, lease).await?),
             Backend::Memory(b) => Ok(b.acquire(key, owner, lease)),
         }
     }
@@ -185,6 +190,7 @@ impl Backend {
         match self {
             Backend::Redis(b) => Ok(b.release(route, key, owner, token).await?),
             Backend::Redlock(b) => polled_on(b.home(), b.release(key, owner, token)).await,
+            Backend::Cluster(b) => Ok(b.release(key, owner, token).await?),
             Backend::Memory(b) => Ok(b.release(key, owner)),
         }
     }
@@ -197,6 +203,7 @@ impl Backend {
         match self {
             Backend::Redis(b) => Ok(b.renew(items).await?),
             Backend::Redlock(b) => b.renew(items).await,
+            Backend::Cluster(b) => Ok(b.renew(items).await),
             Backend::Memory(b) => Ok(b.renew(items)),
         }
     }
@@ -206,6 +213,7 @@ impl Backend {
         match self {
             Backend::Redis(b) => Ok(b.subscribe(key).await?),
             Backend::Redlock(b) => b.subscribe(key).await,
+            Backend::Cluster(b) => Ok(b.subscribe(key).await?),
             Backend::Memory(_) => Ok(()),
         }
     }
@@ -215,6 +223,7 @@ impl Backend {
         match self {
             Backend::Redis(b) => Ok(b.unsubscribe(key).await?),
             Backend::Redlock(b) => b.unsubscribe(key).await,
+            Backend::Cluster(b) => Ok(b.unsubscribe(key).await?),
             Backend::Memory(_) => Ok(()),
         }
     }

@@ -15,10 +15,10 @@ use super::local::LocalConnections;
 use super::{millis, Acquire, Release, RenewItem, Renewal, Route};
 use crate::io::polled_on;
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(&acquire_source()));
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(&acquire_source()));
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/exclusive/release.lua")));
-static RENEW: LazyLock<Script> =
+pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/exclusive/renew.lua")));
 static FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/exclusive/fence.lua")));
@@ -156,18 +156,7 @@ impl RedisBackend {
         let answer: i64 = self
             .eval(route, &ACQUIRE, key, args, owner.len() + 20)
             .await?;
-        // acquire.lua answers the token (> 0), or -2 - the holder's TTL.
-        Ok(match answer {
-            1.. => Acquire::Acquired(answer.unsigned_abs()),
-            -1 => Acquire::Held(None),
-            ..=-2 => Acquire::Held(Some(Duration::from_millis((-2 - answer).unsigned_abs()))),
-            0 => {
-                return Err(RedisError::from((
-                    redis::ErrorKind::Parse,
-                    "acquire.lua answered 0, which is not a fencing token",
-                )))
-            }
-        })
+        acquire_answer(answer)
     }
 
     pub(crate) async fn release(
@@ -270,9 +259,25 @@ impl RedisBackend {
     }
 }
 
+/// What acquire.lua's answer means: the token (> 0), or -2 - the holder's
+/// TTL.
+pub(crate) fn acquire_answer(answer: i64) -> Result<Acquire, RedisError> {
+    Ok(match answer {
+        1.. => Acquire::Acquired(answer.unsigned_abs()),
+        -1 => Acquire::Held(None),
+        ..=-2 => Acquire::Held(Some(Duration::from_millis((-2 - answer).unsigned_abs()))),
+        0 => {
+            return Err(RedisError::from((
+                redis::ErrorKind::Parse,
+                "acquire.lua answered 0, which is not a fencing token",
+            )))
+        }
+    })
+}
+
 /// `cmd`, an EVALSHA of `script`, on `con`; the script is loaded first if
 /// the server does not know it (a restart, a `SCRIPT FLUSH`).
-async fn evalsha<T: FromRedisValue>(
+pub(crate) async fn evalsha<T: FromRedisValue>(
     script: &Script,
     cmd: &Cmd,
     con: &mut (impl ConnectionLike + Send),
@@ -296,7 +301,11 @@ pub(crate) struct Released<'a> {
 
 /// The release notice in `info`, if it is one.
 pub(crate) fn released(info: &PushInfo) -> Option<Released<'_>> {
-    if info.kind != redis::PushKind::Message {
+    // SMessage: sharded pub/sub, on Cluster.
+    if !matches!(
+        info.kind,
+        redis::PushKind::Message | redis::PushKind::SMessage
+    ) {
         return None;
     }
     let [Value::BulkString(key), Value::BulkString(payload)] = info.data.as_slice() else {
@@ -316,7 +325,10 @@ pub(crate) fn released(info: &PushInfo) -> Option<Released<'_>> {
 
 /// The channel of a subscription confirmation in `info`, if it is one.
 pub(crate) fn subscribed(info: &PushInfo) -> Option<&[u8]> {
-    if info.kind != redis::PushKind::Subscribe {
+    if !matches!(
+        info.kind,
+        redis::PushKind::Subscribe | redis::PushKind::SSubscribe
+    ) {
         return None;
     }
     match info.data.first() {

@@ -16,7 +16,7 @@
 //! (re)subscription's confirmation wakes the key's line, so a release
 //! published while the channel moved is not missed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
@@ -72,6 +72,10 @@ struct State {
     nodes: HashMap<Arc<str>, MultiplexedConnection>,
     /// The node last found serving each slot.
     slots: HashMap<Slot, Arc<str>>,
+    /// Nodes that failed to connect or answer: asked last, so that a node
+    /// that is down (or frozen, which costs a connect timeout) delays only
+    /// what no other node can do.
+    failed: HashSet<Arc<str>>,
 }
 
 impl ShardedSubscriptions {
@@ -153,12 +157,15 @@ impl ShardedSubscriptions {
                 starts.push(node.clone());
             }
         }
+        // Stable: the slot's last node, then the seeds, keep their order.
+        starts.sort_by_key(|node| state.failed.contains(node));
         let mut last = None;
         for start in starts {
             let mut node = start;
             for _ in 0..HOPS {
                 match self.ssubscribe_on(state, &node, key).await {
                     Ok(()) => {
+                        state.failed.remove(&node);
                         state.slots.insert(slot, node.clone());
                         return Ok(node);
                     }
@@ -168,10 +175,12 @@ impl ShardedSubscriptions {
                             continue;
                         }
                         if error.is_io_error()
+                            || error.is_connection_refusal()
                             || error.is_connection_dropped()
                             || error.is_timeout()
                         {
                             state.nodes.remove(&node);
+                            state.failed.insert(node.clone());
                         }
                         last = Some(error);
                         break;

@@ -76,6 +76,8 @@
 //!   [`fencing`](fencing_token) for how.
 //! - [`LockClient::redlock`] locks by quorum across N independent Redis
 //!   masters, with the same behaviour for the caller.
+//! - [`LockClient::cluster`] locks on a Redis Cluster: each lock in its
+//!   key's slot, released with sharded pub/sub.
 //! - One watchdog task per client renews every held lock at a third of its
 //!   lease, batching locks into one script call. A renewal that finds the lock
 //!   gone, or a lease that runs out with no successful renewal, stops the body

@@ -160,9 +160,15 @@ impl ShardedSubscriptions {
         // Stable: the slot's last node, then the seeds, keep their order.
         starts.sort_by_key(|node| state.failed.contains(node));
         let mut last = None;
+        // Nodes that failed in this call: a redirect to one of them ends
+        // the search (a frozen master costs one timeout, not one per seed).
+        let mut failed_now: Vec<Arc<str>> = Vec::new();
         for start in starts {
             let mut node = start;
             for _ in 0..HOPS {
+                if failed_now.contains(&node) {
+                    break;
+                }
                 match self.ssubscribe_on(state, &node, key).await {
                     Ok(()) => {
                         state.failed.remove(&node);
@@ -181,6 +187,7 @@ impl ShardedSubscriptions {
                         {
                             state.nodes.remove(&node);
                             state.failed.insert(node.clone());
+                            failed_now.push(node);
                         }
                         last = Some(error);
                         break;

@@ -8,6 +8,11 @@
 //! connection it runs on, so these pipelines take cluster connections of
 //! their own, one call at a time each: a few, made at connect and only when
 //! `sync_replicas` is on.
+//!
+//! A call dropped while its synced acquire is in flight sends its release
+//! on the client's main cluster connection, which does not queue behind
+//! this one: if the acquire lands after that release, the lock stays until
+//! its lease ends (nobody renews it).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

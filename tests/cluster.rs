@@ -399,3 +399,66 @@ async fn cluster_on_a_single_node_says_which_constructor_to_use() {
     assert!(text.contains("not a Redis Cluster node"), "{text}");
     assert!(text.contains("LockClient::connect"), "{text}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_on_a_killed_masters_key_is_woken_through_the_new_master() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RedisCluster::start();
+    let a = client(&cluster, LockClient::builder()).await;
+    let b = client(&cluster, LockClient::builder()).await;
+    let key = "killed:1";
+    let lock_key = format!("lock:{key}");
+    // A long lease: a waiter that missed the release would sleep seconds.
+    let lease = Duration::from_secs(12);
+    let holder = Holder::start(&a, key, options(Duration::ZERO, lease)).await;
+    // A waiter whose try meets the failover (the master gone, the cluster
+    // down for a moment) fails with `Backend`, as any call then; it tries
+    // again, as an application would.
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let opts = options(Duration::from_secs(40), lease);
+                let got = b
+                    .run_locked(key, opts, async { Ok::<_, LockError>(Instant::now()) })
+                    .await;
+                match got {
+                    Err(LockError::Backend { .. }) if Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    got => return got,
+                }
+            }
+        })
+    };
+    wait_for_subscriber(&cluster, &lock_key, Duration::from_secs(10)).await;
+    let master = cluster.master_of(&lock_key);
+    let replica = cluster.replica_of(master);
+    cluster.kill(master);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cluster.is_master(replica) {
+        assert!(Instant::now() < deadline, "the replica was not promoted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.wait_ok();
+    // The waiter's channel moved to the new master by itself.
+    wait_for_subscriber(&cluster, &lock_key, Duration::from_secs(15)).await;
+    let released = Instant::now();
+    match holder.release().await {
+        Ok(()) => {
+            let got = waiter.await.expect("waiter").expect("waiter got the lock");
+            let after = got.saturating_duration_since(released);
+            assert!(
+                after < Duration::from_secs(3),
+                "woken {after:?} after the release"
+            );
+        }
+        // The write had not reached the replica: the holder was told, and
+        // the waiter took the lock from the new master.
+        Err(LockError::Lost { .. }) => {
+            waiter.await.expect("waiter").expect("waiter got the lock");
+        }
+        Err(other) => panic!("unexpected end of the hold: {other}"),
+    }
+}

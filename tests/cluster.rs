@@ -462,3 +462,12 @@ async fn a_waiter_on_a_killed_masters_key_is_woken_through_the_new_master() {
         Err(other) => panic!("unexpected end of the hold: {other}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_processes_never_oversell_on_a_cluster() {
+    let _serial = SERIAL.lock().await;
+    let cluster = RedisCluster::start();
+    let store = RedisServer::start();
+    let locks = format!("cluster:{}", cluster.urls().join(","));
+    support::four_processes_never_oversell(&locks, &store.url()).await;
+}

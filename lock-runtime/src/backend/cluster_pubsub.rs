@@ -120,10 +120,17 @@ impl ShardedSubscriptions {
     /// Subscribes to `key`'s channel on the node that serves its slot.
     pub(crate) async fn subscribe(&self, key: &str) -> Result<(), RedisError> {
         let mut state = self.state.lock().await;
-        state.channels.insert(key.into(), None);
-        let node = self.subscribe_somewhere(&mut state, key).await?;
-        state.channels.insert(key.into(), Some(node));
-        Ok(())
+        match self.subscribe_somewhere(&mut state, key).await {
+            Ok(node) => {
+                state.channels.insert(key.into(), Some(node));
+                Ok(())
+            }
+            Err(error) => {
+                // The subscription task asks again while somebody waits.
+                state.channels.remove(key);
+                Err(error)
+            }
+        }
     }
 
     /// Stops listening on `key`'s channel.

@@ -17,6 +17,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use futures_util::future::try_join_all;
 use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 use tokio::sync::Mutex;
@@ -46,12 +47,10 @@ impl SyncedAcquires {
     ) -> Result<Self, RedisError> {
         let response = config.command_timeout.saturating_add(sync.timeout);
         let client = cluster_client(urls, config, response)?;
-        let mut connections = Vec::with_capacity(CONNECTIONS);
-        for _ in 0..CONNECTIONS {
-            connections.push(Mutex::new(client.get_async_connection().await?));
-        }
+        let connecting = (0..CONNECTIONS).map(|_| client.get_async_connection());
+        let connections = try_join_all(connecting).await?;
         Ok(SyncedAcquires {
-            connections,
+            connections: connections.into_iter().map(Mutex::new).collect(),
             next: AtomicUsize::new(0),
             sync,
         })

@@ -476,3 +476,37 @@ async fn four_processes_never_oversell_on_a_cluster() {
     let locks = format!("cluster:{}", cluster.urls().join(","));
     support::four_processes_never_oversell(&locks, &store.url()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_costs_the_other_masters_locks_nothing() {
+    let _serial = SERIAL.lock().await;
+    let cluster = RedisCluster::start();
+    let a = client(&cluster, LockClient::builder()).await;
+    let keys = spread_keys(&cluster, 12);
+    // Renewed every 2 s; a renewal stuck on the frozen master takes at
+    // most the command timeout (2 s), well inside the others' leases.
+    let lease = Duration::from_secs(6);
+    let holders = hold_all(&a, &keys, lease).await;
+    let frozen = cluster.master_of(&format!("lock:{}", keys[0]));
+    let elsewhere: Vec<bool> = keys
+        .iter()
+        .map(|k| cluster.master_of(&format!("lock:{k}")) != frozen)
+        .collect();
+    {
+        let _paused = cluster.pause(frozen);
+        // Two renewal periods with one master frozen (its replica may be
+        // promoted meanwhile: the node timeout is 1 s).
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    for (holder, elsewhere) in holders.into_iter().zip(elsewhere) {
+        let outcome = tokio::time::timeout(Duration::from_secs(30), holder.release())
+            .await
+            .expect("the holder's call ends");
+        match outcome {
+            Ok(()) => {}
+            // Only a lock of the frozen master may be lost.
+            Err(LockError::Lost { .. }) if !elsewhere => {}
+            Err(other) => panic!("a lock on a healthy master ended with {other}"),
+        }
+    }
+}

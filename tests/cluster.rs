@@ -118,19 +118,21 @@ async fn a_release_wakes_a_waiter_of_another_client_far_before_the_lease() {
 /// Waits until the master of `lock_key` has a sharded subscriber on it.
 async fn wait_for_subscriber(cluster: &RedisCluster, lock_key: &str, limit: Duration) {
     let deadline = Instant::now() + limit;
-    loop {
-        let master = cluster.master_of(lock_key);
-        let counts: Vec<redis::Value> = redis::cmd("PUBSUB")
-            .arg("SHARDNUMSUB")
-            .arg(lock_key)
-            .query(&mut cluster.connection(master))
-            .expect("PUBSUB SHARDNUMSUB");
-        if matches!(counts.get(1), Some(redis::Value::Int(n)) if *n > 0) {
-            return;
-        }
+    while !has_subscriber(cluster, lock_key) {
         assert!(Instant::now() < deadline, "no subscriber on {lock_key}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Whether the master of `lock_key` has a sharded subscriber on it.
+fn has_subscriber(cluster: &RedisCluster, lock_key: &str) -> bool {
+    let master = cluster.master_of(lock_key);
+    let counts: Vec<redis::Value> = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(lock_key)
+        .query(&mut cluster.connection(master))
+        .expect("PUBSUB SHARDNUMSUB");
+    matches!(counts.get(1), Some(redis::Value::Int(n)) if *n > 0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -447,23 +449,30 @@ async fn a_waiter_on_a_killed_masters_key_is_woken_through_the_new_master() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     cluster.wait_ok();
-    // The waiter's channel moved to the new master by itself.
-    wait_for_subscriber(&cluster, &lock_key, Duration::from_secs(15)).await;
+    // The waiter waits on the new master (its channel moved there), or it
+    // took the lock there: then the lock had not reached the replica, and
+    // its holder must learn that it lost it.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !waiter.is_finished() && !has_subscriber(&cluster, &lock_key) {
+        assert!(
+            Instant::now() < deadline,
+            "the waiter neither waits nor holds"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let released = Instant::now();
-    match holder.release().await {
+    let held_to_the_end = holder.release().await;
+    let got = waiter.await.expect("waiter").expect("waiter got the lock");
+    match held_to_the_end {
         Ok(()) => {
-            let got = waiter.await.expect("waiter").expect("waiter got the lock");
+            assert!(got >= released, "two holders: the waiter took a kept lock");
             let after = got.saturating_duration_since(released);
             assert!(
                 after < Duration::from_secs(3),
                 "woken {after:?} after the release"
             );
         }
-        // The write had not reached the replica: the holder was told, and
-        // the waiter took the lock from the new master.
-        Err(LockError::Lost { .. }) => {
-            waiter.await.expect("waiter").expect("waiter got the lock");
-        }
+        Err(LockError::Lost { .. }) => {}
         Err(other) => panic!("unexpected end of the hold: {other}"),
     }
 }

@@ -15,6 +15,7 @@
 //! of the per-run ratios, both sides measured in the same run.
 
 mod alloc;
+mod cluster;
 mod contenders;
 mod cpu;
 mod report;
@@ -44,7 +45,7 @@ fn args() -> Result<Args, String> {
         smoke: false,
         current_thread_only: false,
         runs: None,
-        only: "abcde".into(),
+        only: "abcdef".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -57,7 +58,7 @@ fn args() -> Result<Args, String> {
             }
             "--only" => args.only = it.next().ok_or("--only needs workloads, e.g. a,c")?,
             "-h" | "--help" => return Err(
-                "usage: lock-bench [--smoke] [--runs N] [--only a,b,c,d,e] [--current-thread-only]"
+                "usage: lock-bench [--smoke] [--runs N] [--only a,b,c,d,e,f] [--current-thread-only]"
                     .into(),
             ),
             other => return Err(format!("unknown argument `{other}` (try --help)")),
@@ -221,6 +222,12 @@ fn run(cfg: &Config, only: &str, current_thread_only: bool) -> Result<Vec<String
         }
     }
     println!("{}", report::render(cfg, &runs));
+    drop(sides);
+    drop(server);
+    if only.contains('f') {
+        eprintln!("(f) on a Redis Cluster of 3 masters");
+        println!("{}", cluster::render(&cluster::run(cfg)?));
+    }
     Ok(runs.problems())
 }
 

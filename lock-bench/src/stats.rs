@@ -50,7 +50,7 @@ const OURS: &[&str] = &[
 /// (see [`Commands::round_trips`]).
 const INSIDE_SCRIPTS: &[&str] = &[
     "exists", "hexists", "hincrby", "pexpire", "pttl", "hget", "hmget", "hlen", "hset", "hdel",
-    "time", "del", "publish", "get", "set",
+    "time", "del", "publish", "spublish", "get", "set",
 ];
 
 /// Calls per command name, as INFO commandstats reports them, and the

@@ -6,11 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::announce;
+use crate::backend::cluster::ClusterBackend;
 use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::{self as redis_backend, RedisBackend, RedisConfig};
 use crate::backend::redlock::{Node, RedlockBackend};
-use crate::backend::target::Expected;
 use crate::backend::sentinel::{MasterAuth, SentinelBackend};
+use crate::backend::target::Expected;
 use crate::backend::{Backend, BackendError};
 use crate::error::LockError;
 use crate::io::Io;
@@ -85,6 +86,7 @@ impl fmt::Debug for LockClient {
         let backend = match self.inner.backend {
             Backend::Redis(_) => "redis",
             Backend::Redlock(_) => "redlock",
+            Backend::Cluster(_) => "cluster",
             Backend::Memory(_) => "memory",
             Backend::Sentinel(_) => "sentinel",
         };
@@ -392,6 +394,28 @@ impl LockClientBuilder {
         self.connect_to(Target::Sentinel(urls, master)).await
     }
 
+    /// Connects to a Redis Cluster (Redis 7 or later) through any of its
+    /// nodes (`redis://host:port`; give several, in case one is down). Each
+    /// lock lives in its key's hash slot and is decided by that slot's
+    /// master; releases wake waiters by sharded pub/sub. A `{...}` in a key
+    /// makes only its content count for the slot, as everywhere in Redis
+    /// Cluster.
+    ///
+    /// # Errors
+    /// [`LockError::Connect`] when no URL is given, a URL is invalid, no
+    /// node answers within the connect timeout, or the nodes are not a
+    /// cluster (the message then says so, and which constructor to use).
+    pub async fn cluster(self, urls: &[&str]) -> Result<LockClient, LockError> {
+        if urls.is_empty() {
+            return Err(LockError::Connect(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "no Redis Cluster node given",
+            ))));
+        }
+        let urls = urls.iter().map(|u| (*u).to_owned()).collect();
+        self.connect_to(Target::Cluster(urls)).await
+    }
+
     async fn connect_to(self, target: Target) -> Result<LockClient, LockError> {
         let place = target.place();
         let io = self.io().map_err(|e| LockError::Connect(e.into()))?;
@@ -446,6 +470,7 @@ impl LockClientBuilder {
             sync_replicas: None,
         };
         let (node_timeout, drift_factor) = (self.node_timeout, self.drift_factor);
+        let sync_replicas = self.sync_replicas;
         // Eager connections; connections of the callers' runtimes unless the
         // client already runs on the caller's runtime.
         let lazy = self.lazy_connect;
@@ -496,6 +521,17 @@ impl LockClientBuilder {
                             SentinelBackend::connect(urls, master, master_auth, config, push)
                                 .await?;
                         Ok(Backend::Sentinel(backend))
+                    }
+                    Target::Cluster(urls) => {
+                        let backend = ClusterBackend::connect(
+                            &urls,
+                            &config,
+                            client_id,
+                            on_push,
+                            sync_replicas,
+                        )
+                        .await?;
+                        Ok(Backend::Cluster(backend))
                     }
                 }
             };
@@ -604,6 +640,7 @@ enum Target {
     Quorum(Vec<String>),
     /// The sentinels' URLs and the master's name.
     Sentinel(Vec<String>, String),
+    Cluster(Vec<String>),
 }
 
 impl Target {
@@ -611,7 +648,7 @@ impl Target {
     fn place(&self) -> Box<str> {
         match self {
             Target::One(url) => node_name(url).as_ref().into(),
-            Target::Quorum(urls) => {
+            Target::Quorum(urls) | Target::Cluster(urls) => {
                 let mut nodes: Vec<Arc<str>> = urls.iter().map(|u| node_name(u)).collect();
                 nodes.sort();
                 nodes.join(",").into()
@@ -699,6 +736,15 @@ impl LockClient {
         master_name: &str,
     ) -> Result<LockClient, LockError> {
         Self::builder().sentinel(sentinel_urls, master_name).await
+    }
+
+    /// Connects to a Redis Cluster with the default options; see
+    /// [`LockClientBuilder::cluster`].
+    ///
+    /// # Errors
+    /// As [`LockClientBuilder::cluster`].
+    pub async fn cluster(urls: &[&str]) -> Result<LockClient, LockError> {
+        Self::builder().cluster(urls).await
     }
 
     /// Connects to one Redis node with the default options; see

@@ -113,6 +113,8 @@
 //!   names and follows it across failovers;
 //!   [`sync_replicas`](LockClientBuilder::sync_replicas) makes each acquire
 //!   and renewal wait for replicas, so a failover loses no lock silently.
+//! - [`LockClient::cluster`] locks on a Redis Cluster: each lock in its
+//!   key's slot, released with sharded pub/sub.
 //! - One watchdog task per client renews every held lock at a third of its
 //!   lease, batching locks into one script call. A renewal that finds the lock
 //!   gone, or a lease that runs out with no successful renewal, stops the body

@@ -148,10 +148,53 @@ impl TlsConfig {
         )))
     }
 
+    /// `builder` with these options, for a cluster reached through `urls`.
+    ///
+    /// # Errors
+    /// As [`client`](Self::client).
+    pub(crate) fn cluster(
+        &self,
+        builder: redis::cluster::ClusterClientBuilder,
+        urls: &[String],
+    ) -> Result<redis::cluster::ClusterClientBuilder, RedisError> {
+        let tls = urls.iter().any(|url| url.starts_with("rediss://"));
+        if tls {
+            install_crypto_provider()?;
+        }
+        if !self.is_set() {
+            return Ok(builder);
+        }
+        if !tls {
+            return Err(RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "TLS options (a CA bundle or a client certificate) need `rediss://` URLs",
+            )));
+        }
+        self.certify(builder)
+    }
+
+    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+    fn certify(
+        &self,
+        builder: redis::cluster::ClusterClientBuilder,
+    ) -> Result<redis::cluster::ClusterClientBuilder, RedisError> {
+        Ok(builder.certs(self.certificates()))
+    }
+
+    #[cfg(not(any(feature = "tls-rustls", feature = "tls-native-tls")))]
+    fn certify(
+        &self,
+        _builder: redis::cluster::ClusterClientBuilder,
+    ) -> Result<redis::cluster::ClusterClientBuilder, RedisError> {
+        Err(RedisError::from((
+            ErrorKind::InvalidClientConfig,
+            "TLS options need the feature `tls-rustls` (or `tls-native-tls`) of lock-runtime",
+        )))
+    }
+
     /// The options in redis-rs's form, for the backends that take them
     /// rather than a `Client` (Cluster, Sentinel).
     #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
-    #[allow(dead_code)] // Used by the Cluster and Sentinel backends.
     pub(crate) fn certificates(&self) -> redis::TlsCertificates {
         redis::TlsCertificates {
             client_tls: self

@@ -2,7 +2,8 @@
 //!
 //! `stock-worker deduct <lock-urls> <store-url> <sku> <attempts>`: tries to
 //! deduct one unit `attempts` times, then prints `sold <n>`. `lock-urls` is
-//! one Redis URL, or several separated by commas for Redlock.
+//! one Redis URL, or several separated by commas for Redlock, or
+//! `cluster:` and the URLs of Redis Cluster nodes separated by commas.
 //!
 //! `stock-worker hold <redis-url> <key> <lease-ms>`: takes the lock `key`
 //! (renewed by the watchdog), prints `held`, then sleeps until killed (at
@@ -32,8 +33,10 @@ async fn main() -> Result<(), Error> {
 }
 
 async fn deduct(locks: &str, store: &str, sku: &str, attempts: u64) -> Result<(), Error> {
-    let urls: Vec<&str> = locks.split(',').collect();
+    let seeds = locks.strip_prefix("cluster:");
+    let urls: Vec<&str> = seeds.unwrap_or(locks).split(',').collect();
     let client = match urls.as_slice() {
+        seeds if locks.starts_with("cluster:") => LockClient::cluster(seeds).await?,
         [one] => LockClient::connect(one).await?,
         many => {
             LockClient::builder()

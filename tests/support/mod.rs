@@ -525,3 +525,4 @@ pub fn parse_lock(value: &str) -> Option<(u64, String, String)> {
     let owner = parts.next()?.to_owned();
     Some((fence, state, owner))
 }
+pub mod cluster;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use ::redis::{ErrorKind, RedisError, Script};
 
+use super::cluster::ClusterBackend;
 use super::redis::RedisBackend;
 use super::redlock::RedlockBackend;
 use super::{millis, Backend, BackendError, Route};
@@ -18,6 +19,13 @@ static INSPECT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/exclusive/inspect.lua")));
 static FORCE_UNLOCK: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/exclusive/force_unlock.lua")));
+/// On Cluster, the release notice goes out by sharded pub/sub.
+static FORCE_UNLOCK_SHARDED: LazyLock<Script> = LazyLock::new(|| {
+    let source = include_str!("lua/exclusive/force_unlock.lua");
+    let publish = "redis.call('publish', key,";
+    assert!(source.contains(publish));
+    Script::new(&source.replace(publish, "redis.call('spublish', key,"))
+});
 
 /// What one node (or a Redlock quorum) keeps at a lock's key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +52,11 @@ impl Backend {
         match self {
             Backend::Redis(b) => Ok(inspect_node(b, key).await?),
             Backend::Sentinel(b) => Ok(inspect_node(&b.current(), key).await?),
+            Backend::Cluster(b) => {
+                let no_args: Vec<&str> = Vec::new();
+                let parts: Vec<String> = b.eval(&INSPECT, key, no_args, 0).await?;
+                Ok(parse_view(parts)?)
+            }
             Backend::Redlock(b) => polled_on(b.home(), inspect_quorum(b, key)).await,
             Backend::Memory(b) => Ok(b.peek(key).map(|(owner, ttl, token)| NodeLock {
                 fence: token,
@@ -64,6 +77,11 @@ impl Backend {
         match self {
             Backend::Redis(b) => Ok(force_node(b, key, client_id).await?),
             Backend::Sentinel(b) => Ok(force_node(&b.current(), key, client_id).await?),
+            Backend::Cluster(b) => {
+                let script = &*FORCE_UNLOCK_SHARDED;
+                let token: u64 = b.eval(script, key, client_id, client_id.len()).await?;
+                Ok((token > 0).then_some(token))
+            }
             Backend::Redlock(b) => polled_on(b.home(), force_quorum(b, key, client_id)).await,
             Backend::Memory(b) => Ok(b.force_free(key)),
         }
@@ -74,6 +92,8 @@ impl Backend {
         match self {
             Backend::Redis(b) => Ok(announce_node(b, record).await?),
             Backend::Sentinel(b) => Ok(announce_node(&b.current(), record).await?),
+            // The registry entry only: a cluster's connections stay unnamed.
+            Backend::Cluster(b) => Ok(announce_cluster(b, record).await?),
             Backend::Redlock(b) => {
                 let answers =
                     polled_on(b.home(), b.on_all(|node| announce_node(node, record))).await;
@@ -95,6 +115,7 @@ impl Backend {
         match self {
             Backend::Redis(b) => Ok(retire_node(b, record).await?),
             Backend::Sentinel(b) => Ok(retire_node(&b.current(), record).await?),
+            Backend::Cluster(b) => Ok(b.query(::redis::cmd("DEL").arg(&record.key)).await?),
             Backend::Redlock(b) => {
                 let _ = polled_on(b.home(), b.on_all(|node| retire_node(node, record))).await;
                 Ok(())
@@ -109,6 +130,10 @@ impl Backend {
         match self {
             Backend::Redis(b) => Ok(entry_node(b, key).await?),
             Backend::Sentinel(b) => Ok(entry_node(&b.current(), key).await?),
+            Backend::Cluster(b) => {
+                let entry: Entry = b.query(::redis::cmd("HGETALL").arg(key)).await?;
+                Ok((!entry.is_empty()).then_some(entry))
+            }
             Backend::Redlock(b) => {
                 let answers = polled_on(b.home(), b.on_all(|node| entry_node(node, key))).await;
                 Ok(answers.into_iter().flatten().flatten().next())
@@ -121,6 +146,11 @@ impl Backend {
 async fn inspect_node(b: &RedisBackend, key: &str) -> Result<LockView, RedisError> {
     let no_args: Vec<&str> = Vec::new();
     let parts: Vec<String> = b.eval(&Route::Home, &INSPECT, key, no_args, 0).await?;
+    parse_view(parts)
+}
+
+/// inspect.lua's answer: nothing, or `{fence, state, owner, pttl}`.
+fn parse_view(parts: Vec<String>) -> Result<LockView, RedisError> {
     if parts.is_empty() {
         return Ok(None);
     }
@@ -241,6 +271,29 @@ async fn announce_node(b: &RedisBackend, record: &ClientRecord) -> Result<(), Re
         .arg(millis(TTL))
         .ignore();
     match b.query_pipeline(&pipeline).await {
+        Err(error) if record.entry_failed(&error) => Ok(()),
+        answer => answer,
+    }
+}
+
+/// The registry entry on Cluster: `HSET` then `PEXPIRE`, both routed to
+/// the entry's slot.
+async fn announce_cluster(b: &ClusterBackend, record: &ClientRecord) -> Result<(), RedisError> {
+    if !record.writes_entry() {
+        return Ok(());
+    }
+    let mut hset = ::redis::cmd("HSET");
+    hset.arg(&record.key);
+    for (field, value) in record.fields() {
+        hset.arg(field).arg(value);
+    }
+    let written = async {
+        b.query::<()>(&hset).await?;
+        let mut expire = ::redis::cmd("PEXPIRE");
+        expire.arg(&record.key).arg(millis(TTL));
+        b.query::<()>(&expire).await
+    };
+    match written.await {
         Err(error) if record.entry_failed(&error) => Ok(()),
         answer => answer,
     }

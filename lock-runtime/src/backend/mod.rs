@@ -1,5 +1,6 @@
 //! Where locks live: one Redis node, a master found through Sentinel, a
-//! quorum of independent Redis masters (Redlock), or this process's memory.
+//! quorum of independent Redis masters (Redlock), a Redis Cluster, or this
+//! process's memory.
 //!
 //! Every backend answers the same three questions, each decided atomically:
 //! take a lock for one acquisition, free it, and reset the leases of a batch
@@ -8,6 +9,10 @@
 //! reaches a backend.
 
 mod admin;
+pub(crate) mod cluster;
+mod cluster_check;
+mod cluster_pubsub;
+mod cluster_replicas;
 pub(crate) mod local;
 pub(crate) mod memory;
 pub(crate) mod redis;
@@ -151,6 +156,7 @@ pub(crate) enum Route {
 pub(crate) enum Backend {
     Redis(redis::RedisBackend),
     Redlock(redlock::RedlockBackend),
+    Cluster(cluster::ClusterBackend),
     Memory(memory::MemoryBackend),
     /// A master found through Sentinel, followed across failovers.
     Sentinel(sentinel::SentinelBackend),
@@ -175,6 +181,7 @@ impl Backend {
         match self {
             Backend::Redis(b) => Ok(b.acquire(route, key, owner, lease).await?),
             Backend::Redlock(b) => polled_on(b.home(), b.acquire(key, owner, lease)).await,
+            Backend::Cluster(b) => Ok(b.acquire(key, owner, lease).await?),
             Backend::Memory(b) => Ok(b.acquire(key, owner, lease)),
             Backend::Sentinel(b) => Ok(b.acquire(key, owner, lease).await?),
         }
@@ -193,6 +200,7 @@ impl Backend {
         match self {
             Backend::Redis(b) => Ok(b.release(route, key, owner, token).await?),
             Backend::Redlock(b) => polled_on(b.home(), b.release(key, owner, token)).await,
+            Backend::Cluster(b) => Ok(b.release(key, owner, token).await?),
             Backend::Memory(b) => Ok(b.release(key, owner)),
             Backend::Sentinel(b) => Ok(b.release(key, owner, token).await?),
         }
@@ -206,6 +214,7 @@ impl Backend {
         match self {
             Backend::Redis(b) => Ok(b.renew(items).await?),
             Backend::Redlock(b) => b.renew(items).await,
+            Backend::Cluster(b) => Ok(b.renew(items).await),
             Backend::Memory(b) => Ok(b.renew(items)),
             Backend::Sentinel(b) => Ok(b.renew(items).await?),
         }
@@ -216,6 +225,7 @@ impl Backend {
         match self {
             Backend::Redis(b) => Ok(b.subscribe(key).await?),
             Backend::Redlock(b) => b.subscribe(key).await,
+            Backend::Cluster(b) => Ok(b.subscribe(key).await?),
             Backend::Memory(_) => Ok(()),
             Backend::Sentinel(b) => Ok(b.subscribe(key).await?),
         }
@@ -226,6 +236,7 @@ impl Backend {
         match self {
             Backend::Redis(b) => Ok(b.unsubscribe(key).await?),
             Backend::Redlock(b) => b.unsubscribe(key).await,
+            Backend::Cluster(b) => Ok(b.unsubscribe(key).await?),
             Backend::Memory(_) => Ok(()),
             Backend::Sentinel(b) => Ok(b.unsubscribe(key).await?),
         }

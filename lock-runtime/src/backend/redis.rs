@@ -15,13 +15,13 @@ use super::local::LocalConnections;
 use super::replicated::Replicated;
 use super::{millis, Acquire, Release, RenewItem, Renewal, Route};
 use crate::io::polled_on;
-use crate::tls::TlsConfig;
 use crate::replica_sync::ReplicaSync;
+use crate::tls::TlsConfig;
 
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(&acquire_source()));
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(&acquire_source()));
 static RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/exclusive/release.lua")));
-static RENEW: LazyLock<Script> =
+pub(crate) static RENEW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/exclusive/renew.lua")));
 static FENCE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/exclusive/fence.lua")));
@@ -247,7 +247,7 @@ impl RedisBackend {
 
 /// The meaning of acquire.lua's answer: the token (> 0), or -2 - the
 /// holder's TTL (-1: no expiry).
-fn acquired(answer: i64) -> Result<Acquire, RedisError> {
+pub(crate) fn acquired(answer: i64) -> Result<Acquire, RedisError> {
     Ok(match answer {
         1.. => Acquire::Acquired(answer.unsigned_abs()),
         -1 => Acquire::Held(None),
@@ -422,7 +422,7 @@ impl RedisBackend {
 
 /// `cmd`, an EVALSHA of `script`, on `con`; the script is loaded first if
 /// the server does not know it (a restart, a `SCRIPT FLUSH`).
-async fn evalsha<T: FromRedisValue>(
+pub(crate) async fn evalsha<T: FromRedisValue>(
     script: &Script,
     cmd: &Cmd,
     con: &mut (impl ConnectionLike + Send),
@@ -446,7 +446,11 @@ pub(crate) struct Released<'a> {
 
 /// The release notice in `info`, if it is one.
 pub(crate) fn released(info: &PushInfo) -> Option<Released<'_>> {
-    if info.kind != redis::PushKind::Message {
+    // SMessage: sharded pub/sub, on Cluster.
+    if !matches!(
+        info.kind,
+        redis::PushKind::Message | redis::PushKind::SMessage
+    ) {
         return None;
     }
     let [Value::BulkString(key), Value::BulkString(payload)] = info.data.as_slice() else {
@@ -466,7 +470,10 @@ pub(crate) fn released(info: &PushInfo) -> Option<Released<'_>> {
 
 /// The channel of a subscription confirmation in `info`, if it is one.
 pub(crate) fn subscribed(info: &PushInfo) -> Option<&[u8]> {
-    if info.kind != redis::PushKind::Subscribe {
+    if !matches!(
+        info.kind,
+        redis::PushKind::Subscribe | redis::PushKind::SSubscribe
+    ) {
         return None;
     }
     match info.data.first() {

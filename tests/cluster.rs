@@ -1,0 +1,521 @@
+//! Redis Cluster: 3 masters with a replica each, started by each test on
+//! loopback ports: exclusion on keys over every master, wake-ups across
+//! clients, renewal split by slot, a waiter across a slot migration, a
+//! manual failover and a killed master during holds, sync_replicas, and a
+//! clear error on a node that is not a cluster. One test at a time: they
+//! share the machine's two cores.
+mod support;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_runtime::{LockClient, LockError, LockOptions};
+use support::cluster::{info, RedisCluster};
+use support::{Holder, RedisServer};
+use tokio::time::Instant;
+
+/// One cluster test at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+async fn client(cluster: &RedisCluster, builder: lock_runtime::LockClientBuilder) -> LockClient {
+    let urls = cluster.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    builder
+        .connect_timeout(Duration::from_secs(5))
+        .cluster(&urls)
+        .await
+        .expect("cluster connect")
+}
+
+/// `n` keys whose locks (`lock:` + key) fall on every master.
+fn spread_keys(cluster: &RedisCluster, n: usize) -> Vec<String> {
+    let keys: Vec<String> = (0..n).map(|i| format!("spread:{i}")).collect();
+    let masters: HashSet<usize> = keys
+        .iter()
+        .map(|k| cluster.master_of(&format!("lock:{k}")))
+        .collect();
+    assert_eq!(masters.len(), 3, "the keys fall on every master");
+    keys
+}
+
+fn options(wait: Duration, lease: Duration) -> LockOptions {
+    LockOptions::new().wait(wait).lease(lease)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locks_on_every_master_exclude_each_other_across_clients() {
+    let _serial = SERIAL.lock().await;
+    let cluster = RedisCluster::start();
+    let clients = [
+        client(&cluster, LockClient::builder()).await,
+        client(&cluster, LockClient::builder()).await,
+    ];
+    let keys = spread_keys(&cluster, 24);
+    let counters: Vec<Arc<AtomicU64>> = keys.iter().map(|_| Arc::default()).collect();
+    let mut tasks = Vec::new();
+    for (key, counter) in keys.iter().zip(&counters) {
+        for client in &clients {
+            for _ in 0..2 {
+                let (client, key, counter) = (client.clone(), key.clone(), counter.clone());
+                tasks.push(tokio::spawn(async move {
+                    for _ in 0..4 {
+                        let opts = options(Duration::from_secs(60), Duration::from_secs(10));
+                        client
+                            .run_locked(&key, opts, async {
+                                // Not atomic: only the lock keeps updates apart.
+                                let v = counter.load(Ordering::SeqCst);
+                                tokio::time::sleep(Duration::from_millis(1)).await;
+                                counter.store(v + 1, Ordering::SeqCst);
+                                Ok::<_, LockError>(())
+                            })
+                            .await
+                            .expect("locked increment");
+                    }
+                }));
+            }
+        }
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    for counter in &counters {
+        assert_eq!(counter.load(Ordering::SeqCst), 2 * 2 * 4, "no lost update");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_a_waiter_of_another_client_far_before_the_lease() {
+    let _serial = SERIAL.lock().await;
+    let cluster = RedisCluster::start();
+    let a = client(&cluster, LockClient::builder()).await;
+    let b = client(&cluster, LockClient::builder()).await;
+    for key in spread_keys(&cluster, 6) {
+        let holder =
+            Holder::start(&a, &key, options(Duration::ZERO, Duration::from_secs(20))).await;
+        let waiter = {
+            let (b, key) = (b.clone(), key.clone());
+            tokio::spawn(async move {
+                let opts = options(Duration::from_secs(30), Duration::from_secs(20));
+                b.run_locked(&key, opts, async { Ok::<_, LockError>(Instant::now()) })
+                    .await
+            })
+        };
+        // Long enough for the waiter to queue and subscribe.
+        wait_for_subscriber(&cluster, &format!("lock:{key}"), Duration::from_secs(10)).await;
+        let released = Instant::now();
+        holder.release().await.expect("holder");
+        let got = waiter.await.expect("waiter").expect("waiter got the lock");
+        let after = got.saturating_duration_since(released);
+        assert!(
+            after < Duration::from_secs(3),
+            "woken {after:?} after the release"
+        );
+    }
+}
+
+/// Waits until the master of `lock_key` has a sharded subscriber on it.
+async fn wait_for_subscriber(cluster: &RedisCluster, lock_key: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while !has_subscriber(cluster, lock_key) {
+        assert!(Instant::now() < deadline, "no subscriber on {lock_key}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Whether the master of `lock_key` has a sharded subscriber on it.
+fn has_subscriber(cluster: &RedisCluster, lock_key: &str) -> bool {
+    let master = cluster.master_of(lock_key);
+    let counts: Vec<redis::Value> = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(lock_key)
+        .query(&mut cluster.connection(master))
+        .expect("PUBSUB SHARDNUMSUB");
+    matches!(counts.get(1), Some(redis::Value::Int(n)) if *n > 0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_split_by_slot_keep_locks_on_every_master() {
+    let _serial = SERIAL.lock().await;
+    let cluster = RedisCluster::start();
+    let a = client(&cluster, LockClient::builder()).await;
+    let keys = spread_keys(&cluster, 30);
+    let mut holders = Vec::new();
+    for key in &keys {
+        holders.push(
+            Holder::start(&a, key, options(Duration::ZERO, Duration::from_millis(600))).await,
+        );
+    }
+    // Four leases: only renewals keep them.
+    tokio::time::sleep(Duration::from_millis(2400)).await;
+    for holder in holders {
+        holder.release().await.expect("kept to the end");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_follows_its_key_across_a_slot_migration() {
+    let _serial = SERIAL.lock().await;
+    let cluster = RedisCluster::start();
+    let a = client(&cluster, LockClient::builder()).await;
+    let b = client(&cluster, LockClient::builder()).await;
+    let key = "migrating:1";
+    let lock_key = format!("lock:{key}");
+    let holder = Holder::start(&a, key, options(Duration::ZERO, Duration::from_secs(20))).await;
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let opts = options(Duration::from_secs(30), Duration::from_secs(20));
+            b.run_locked(key, opts, async { Ok::<_, LockError>(Instant::now()) })
+                .await
+        })
+    };
+    wait_for_subscriber(&cluster, &lock_key, Duration::from_secs(10)).await;
+
+    let from = cluster.master_of(&lock_key);
+    let to = (0..cluster.nodes.len())
+        .find(|&i| i != from && cluster.is_master(i))
+        .expect("another master");
+    migrate_slot_of(&cluster, &lock_key, from, to);
+    // The server dropped the waiter's channel; it subscribes on the new
+    // master by itself.
+    wait_for_subscriber(&cluster, &lock_key, Duration::from_secs(10)).await;
+    assert_eq!(cluster.master_of(&lock_key), to);
+
+    let released = Instant::now();
+    holder
+        .release()
+        .await
+        .expect("holder kept the lock across the move");
+    let got = waiter.await.expect("waiter").expect("waiter got the lock");
+    let after = got.saturating_duration_since(released);
+    assert!(
+        after < Duration::from_secs(3),
+        "woken {after:?} after the release"
+    );
+}
+
+/// Moves the slot of `key` (and the key) from master `from` to master `to`.
+fn migrate_slot_of(cluster: &RedisCluster, key: &str, from: usize, to: usize) {
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query(&mut cluster.connection(from))
+        .expect("KEYSLOT");
+    let (from_id, to_id) = (cluster.node_id(from), cluster.node_id(to));
+    let setslot = |node: usize, args: &[&str]| {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg(args)
+            .query(&mut cluster.connection(node))
+            .expect("CLUSTER SETSLOT");
+    };
+    setslot(to, &["IMPORTING", &from_id]);
+    setslot(from, &["MIGRATING", &to_id]);
+    let _: redis::Value = redis::cmd("MIGRATE")
+        .arg("127.0.0.1")
+        .arg(cluster.nodes[to].port)
+        .arg("")
+        .arg(0)
+        .arg(5000)
+        .arg("KEYS")
+        .arg(key)
+        .query(&mut cluster.connection(from))
+        .expect("MIGRATE");
+    setslot(to, &["NODE", &to_id]);
+    setslot(from, &["NODE", &to_id]);
+    for i in 0..cluster.nodes.len() {
+        if i != from && i != to && cluster.is_master(i) {
+            setslot(i, &["NODE", &to_id]);
+        }
+    }
+}
+
+/// Holds `keys` on `client` (lease `lease`) until released.
+async fn hold_all(client: &LockClient, keys: &[String], lease: Duration) -> Vec<Holder> {
+    let mut holders = Vec::new();
+    for key in keys {
+        holders.push(Holder::start(client, key, options(Duration::from_secs(5), lease)).await);
+    }
+    holders
+}
+
+/// After a failover: each held key is either still exclusive (another
+/// client cannot take it) or its holder reports it lost; and new calls
+/// work within `limit`.
+async fn check_after_failover(
+    cluster: &RedisCluster,
+    keys: &[String],
+    holders: Vec<Holder>,
+    limit: Duration,
+) {
+    let other = client(cluster, LockClient::builder()).await;
+    let deadline = Instant::now() + limit;
+    // New calls work again.
+    loop {
+        let opts = options(Duration::from_secs(2), Duration::from_secs(5));
+        let fresh = other
+            .run_locked("after-failover", opts, async { Ok::<_, LockError>(()) })
+            .await;
+        match fresh {
+            Ok(()) => break,
+            Err(error) => assert!(Instant::now() < deadline, "calls still fail: {error}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut taken = Vec::new();
+    for key in keys {
+        let opts = options(Duration::ZERO, Duration::from_secs(30));
+        let got = other
+            .run_locked(key, opts, async { Ok::<_, LockError>(()) })
+            .await;
+        taken.push(got.is_ok());
+    }
+    let (mut kept, mut lost) = (0, 0);
+    for (holder, taken) in holders.into_iter().zip(taken) {
+        let outcome = tokio::time::timeout(Duration::from_secs(30), holder.release())
+            .await
+            .expect("the holder's call ends");
+        match outcome {
+            Ok(()) => {
+                assert!(!taken, "another client took a lock its holder kept");
+                kept += 1;
+            }
+            Err(LockError::Lost { .. }) => lost += 1,
+            Err(other) => panic!("unexpected end of a hold: {other}"),
+        }
+    }
+    eprintln!("after the failover: {kept} locks kept, {lost} reported lost");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_failover_during_holds_keeps_the_locks_or_reports_them_lost() {
+    let _serial = SERIAL.lock().await;
+    let cluster = RedisCluster::start();
+    let a = client(&cluster, LockClient::builder()).await;
+    let keys = spread_keys(&cluster, 9);
+    let holders = hold_all(&a, &keys, Duration::from_secs(3)).await;
+    let master = cluster.master_of(&format!("lock:{}", keys[0]));
+    let replica = cluster.replica_of(master);
+    let _: () = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .query(&mut cluster.connection(replica))
+        .expect("CLUSTER FAILOVER");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cluster.is_master(replica) {
+        assert!(Instant::now() < deadline, "the replica was not promoted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cluster.wait_ok();
+    check_after_failover(&cluster, &keys, holders, Duration::from_secs(20)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_during_holds_keeps_the_locks_or_reports_them_lost() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RedisCluster::start();
+    let a = client(&cluster, LockClient::builder()).await;
+    let keys = spread_keys(&cluster, 9);
+    let holders = hold_all(&a, &keys, Duration::from_secs(3)).await;
+    let master = cluster.master_of(&format!("lock:{}", keys[0]));
+    let replica = cluster.replica_of(master);
+    cluster.kill(master);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cluster.is_master(replica) {
+        assert!(Instant::now() < deadline, "the replica was not promoted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.wait_ok();
+    check_after_failover(&cluster, &keys, holders, Duration::from_secs(30)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sync_replicas_waits_for_a_replica_and_fails_without_one() {
+    let _serial = SERIAL.lock().await;
+    let cluster = RedisCluster::start();
+    let key = "synced:1";
+    let lock_key = format!("lock:{key}");
+    let master = cluster.master_of(&lock_key);
+    let replica = cluster.replica_of(master);
+
+    // Off: no WAIT anywhere.
+    let plain = client(&cluster, LockClient::builder()).await;
+    let opts = options(Duration::from_secs(5), Duration::from_secs(5));
+    plain
+        .run_locked(key, opts, async { Ok::<_, LockError>(()) })
+        .await
+        .expect("plain lock");
+    let waits =
+        |i: usize| info(&mut cluster.connection(i), "commandstats").contains("cmdstat_wait:");
+    assert!(
+        (0..6).all(|i| !waits(i)),
+        "a client without sync_replicas sends no WAIT"
+    );
+
+    let synced = client(
+        &cluster,
+        // Generous: the replica's acknowledgement crosses a loaded machine.
+        LockClient::builder().sync_replicas(1, Duration::from_secs(2)),
+    )
+    .await;
+    synced
+        .run_locked(key, opts, async { Ok::<_, LockError>(()) })
+        .await
+        .expect("a replica acknowledged the lock");
+    assert!(waits(master), "the WAIT reached the lock's master");
+
+    let paused = cluster.pause(replica);
+    let started = Instant::now();
+    let answer = synced
+        .run_locked(key, opts, async { Ok::<_, LockError>(()) })
+        .await;
+    match answer {
+        Err(LockError::NotReplicated {
+            acked: 0,
+            needed: 1,
+            ..
+        }) => {}
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(6));
+    // It was released: another client takes it at once.
+    let opts0 = options(Duration::ZERO, Duration::from_secs(5));
+    plain
+        .run_locked(key, opts0, async { Ok::<_, LockError>(()) })
+        .await
+        .expect("the unreplicated lock was released");
+    drop(paused);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_on_a_single_node_says_which_constructor_to_use() {
+    let _serial = SERIAL.lock().await;
+    let server = RedisServer::start();
+    let error = LockClient::builder()
+        .connect_timeout(Duration::from_secs(3))
+        .cluster(&[&server.url()])
+        .await
+        .expect_err("not a cluster");
+    let text = format!("{error}: {:?}", std::error::Error::source(&error));
+    assert!(text.contains("not a Redis Cluster node"), "{text}");
+    assert!(text.contains("LockClient::connect"), "{text}");
+
+    let none = LockClient::cluster(&[]).await.expect_err("no node");
+    let text = format!("{none}: {:?}", std::error::Error::source(&none));
+    assert!(text.contains("no Redis Cluster node given"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_on_a_killed_masters_key_is_woken_through_the_new_master() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RedisCluster::start();
+    let a = client(&cluster, LockClient::builder()).await;
+    let b = client(&cluster, LockClient::builder()).await;
+    let key = "killed:1";
+    let lock_key = format!("lock:{key}");
+    // A long lease: a waiter that missed the release would sleep seconds.
+    let lease = Duration::from_secs(12);
+    let holder = Holder::start(&a, key, options(Duration::ZERO, lease)).await;
+    // A waiter whose try meets the failover (the master gone, the cluster
+    // down for a moment) fails with `Backend`, as any call then; it tries
+    // again, as an application would.
+    let waiter = {
+        let b = b.clone();
+        tokio::spawn(async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                let opts = options(Duration::from_secs(40), lease);
+                let got = b
+                    .run_locked(key, opts, async { Ok::<_, LockError>(Instant::now()) })
+                    .await;
+                match got {
+                    Err(LockError::Backend { .. }) if Instant::now() < deadline => {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    got => return got,
+                }
+            }
+        })
+    };
+    wait_for_subscriber(&cluster, &lock_key, Duration::from_secs(10)).await;
+    let master = cluster.master_of(&lock_key);
+    let replica = cluster.replica_of(master);
+    cluster.kill(master);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cluster.is_master(replica) {
+        assert!(Instant::now() < deadline, "the replica was not promoted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.wait_ok();
+    // The waiter waits on the new master (its channel moved there), or it
+    // took the lock there: then the lock had not reached the replica, and
+    // its holder must learn that it lost it.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !waiter.is_finished() && !has_subscriber(&cluster, &lock_key) {
+        assert!(
+            Instant::now() < deadline,
+            "the waiter neither waits nor holds"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let released = Instant::now();
+    let held_to_the_end = holder.release().await;
+    let got = waiter.await.expect("waiter").expect("waiter got the lock");
+    match held_to_the_end {
+        Ok(()) => {
+            assert!(got >= released, "two holders: the waiter took a kept lock");
+            let after = got.saturating_duration_since(released);
+            assert!(
+                after < Duration::from_secs(3),
+                "woken {after:?} after the release"
+            );
+        }
+        Err(LockError::Lost { .. }) => {}
+        Err(other) => panic!("unexpected end of the hold: {other}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_processes_never_oversell_on_a_cluster() {
+    let _serial = SERIAL.lock().await;
+    let cluster = RedisCluster::start();
+    let store = RedisServer::start();
+    let locks = format!("cluster:{}", cluster.urls().join(","));
+    support::four_processes_never_oversell(&locks, &store.url()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_master_costs_the_other_masters_locks_nothing() {
+    let _serial = SERIAL.lock().await;
+    let cluster = RedisCluster::start();
+    let a = client(&cluster, LockClient::builder()).await;
+    let keys = spread_keys(&cluster, 12);
+    // Renewed every 2 s; a renewal stuck on the frozen master takes at
+    // most the command timeout (2 s), well inside the others' leases.
+    let lease = Duration::from_secs(6);
+    let holders = hold_all(&a, &keys, lease).await;
+    let frozen = cluster.master_of(&format!("lock:{}", keys[0]));
+    let elsewhere: Vec<bool> = keys
+        .iter()
+        .map(|k| cluster.master_of(&format!("lock:{k}")) != frozen)
+        .collect();
+    {
+        let _paused = cluster.pause(frozen);
+        // Two renewal periods with one master frozen (its replica may be
+        // promoted meanwhile: the node timeout is 1 s).
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    for (holder, elsewhere) in holders.into_iter().zip(elsewhere) {
+        let outcome = tokio::time::timeout(Duration::from_secs(30), holder.release())
+            .await
+            .expect("the holder's call ends");
+        match outcome {
+            Ok(()) => {}
+            // Only a lock of the frozen master may be lost.
+            Err(LockError::Lost { .. }) if !elsewhere => {}
+            Err(other) => panic!("a lock on a healthy master ended with {other}"),
+        }
+    }
+}

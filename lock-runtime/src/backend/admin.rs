@@ -22,9 +22,9 @@ static FORCE_UNLOCK: LazyLock<Script> =
 /// On Cluster, the release notice goes out by sharded pub/sub.
 static FORCE_UNLOCK_SHARDED: LazyLock<Script> = LazyLock::new(|| {
     let source = include_str!("lua/exclusive/force_unlock.lua");
-    let publish = "redis.call('publish', key,";
+    let publish = "redis.pcall('publish', key,";
     assert!(source.contains(publish));
-    Script::new(&source.replace(publish, "redis.call('spublish', key,"))
+    Script::new(&source.replace(publish, "redis.pcall('spublish', key,"))
 });
 
 /// What one node (or a Redlock quorum) keeps at a lock's key.
@@ -310,4 +310,12 @@ async fn entry_node(b: &RedisBackend, key: &str) -> Result<Option<Entry>, RedisE
     pipeline.cmd("HGETALL").arg(key);
     let (entry,): (Entry,) = b.query_pipeline(&pipeline).await?;
     Ok((!entry.is_empty()).then_some(entry))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_sharded_force_unlock_publishes_by_spublish() {
+        assert!(super::FORCE_UNLOCK_SHARDED.get_hash() != super::FORCE_UNLOCK.get_hash());
+    }
 }

@@ -41,9 +41,9 @@ use crate::replica_sync::ReplicaSync;
 /// it, and only the slot's shard hears it.
 static RELEASE_SHARDED: LazyLock<Script> = LazyLock::new(|| {
     let source = include_str!("lua/exclusive/release.lua");
-    let publish = "redis.call('publish', key,";
+    let publish = "redis.pcall('publish', key,";
     assert!(source.contains(publish));
-    Script::new(&source.replace(publish, "redis.call('spublish', key,"))
+    Script::new(&source.replace(publish, "redis.pcall('spublish', key,"))
 });
 
 /// How many times the cluster connection sends a command again after a
@@ -224,5 +224,14 @@ impl ClusterBackend {
 
     pub(crate) async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
         polled_on(&self.home, self.subscriptions.unsubscribe(key)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_sharded_release_publishes_by_spublish() {
+        let plain = redis::Script::new(include_str!("lua/exclusive/release.lua"));
+        assert!(super::RELEASE_SHARDED.get_hash() != plain.get_hash());
     }
 }

@@ -25,5 +25,7 @@ if state == 'f' then
   return 0
 end
 redis.call('set', key, 'L1:' .. fence .. ':f:', 'keepttl')
-redis.call('publish', key, ARGV[1] .. ':' .. fence)
+-- pcall: the lock is freed now, whatever the publish does (NOPERM: no
+-- rights on the channel).
+redis.pcall('publish', key, ARGV[1] .. ':' .. fence)
 return tonumber(fence)

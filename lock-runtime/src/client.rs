@@ -279,6 +279,8 @@ impl LockClientBuilder {
     /// whose [`is_retryable`](LockError::is_retryable) is true: it does not
     /// wait for Redis within its `wait`, which is for a lock held by
     /// somebody else. Once Redis is up, calls work with no other step.
+    /// [`sentinel`](Self::sentinel) and [`cluster`](Self::cluster) always
+    /// connect at once: they must learn where the masters are.
     pub fn lazy_connect(mut self, lazy: bool) -> Self {
         self.lazy_connect = lazy;
         self

@@ -6,13 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::announce;
-use crate::backend::cluster::ClusterBackend;
 use crate::backend::memory::MemoryBackend;
-use crate::backend::redis::{self as redis_backend, RedisBackend, RedisConfig};
-use crate::backend::redlock::{Node, RedlockBackend};
-use crate::backend::sentinel::{MasterAuth, SentinelBackend};
-use crate::backend::target::Expected;
+use crate::backend::redis::RedisConfig;
+use crate::backend::sentinel::MasterAuth;
 use crate::backend::{Backend, BackendError};
+use crate::connect::{self, node_name, Connecting, Target};
 use crate::error::LockError;
 use crate::io::Io;
 use crate::options::LockOptions;
@@ -428,29 +426,7 @@ impl LockClientBuilder {
             self.client_name.as_deref(),
         ));
         let waiters = Arc::new(Waiters::default());
-        let on_push = {
-            let waiters = waiters.clone();
-            let id = id.clone();
-            let record = record.clone();
-            move |info: redis::PushInfo| {
-                if info.kind == redis::PushKind::Disconnection {
-                    // Releases published while disconnected are lost: let
-                    // every waiter try again.
-                    waiters.wake_all();
-                    // The new connections need their name.
-                    record.again.notify_one();
-                } else if let Some(channel) = redis_backend::subscribed(&info) {
-                    // Subscribed (again, after a reconnect): a release before
-                    // now was not heard, so the head should try.
-                    waiters.wake_release(channel, 0);
-                } else if let Some(released) = redis_backend::released(&info) {
-                    // This client's own releases woke its waiters already.
-                    if released.client != id.as_bytes() {
-                        waiters.wake_release(released.key, released.token);
-                    }
-                }
-            }
-        };
+        let on_push = connect::push_handler(waiters.clone(), id.clone(), record.clone());
         let connect_timeout = self.connect_timeout;
         let tls = self.tls.load().map_err(LockError::Connect)?;
         let config = RedisConfig {
@@ -471,73 +447,24 @@ impl LockClientBuilder {
             tls,
             sync_replicas: None,
         };
-        let (node_timeout, drift_factor) = (self.node_timeout, self.drift_factor);
-        let sync_replicas = self.sync_replicas;
-        // Eager connections; connections of the callers' runtimes unless the
-        // client already runs on the caller's runtime.
         let lazy = self.lazy_connect;
-        let modes = (lazy, !self.on_current_runtime);
-        let client_id = id.clone();
+        let connecting = Connecting {
+            target,
+            config,
+            node_config,
+            client_id: id.clone(),
+            on_push,
+            lazy,
+            // Connections of the callers' runtimes, unless the client
+            // already runs on the caller's runtime.
+            local: !self.on_current_runtime,
+            node_timeout: self.node_timeout,
+            drift_factor: self.drift_factor,
+            master_auth: self.master_auth.clone(),
+        };
         let waited_on = place.clone();
-        let master_auth = self.master_auth.clone();
         let connecting = io.spawn(async move {
-            let connecting = async {
-                match target {
-                    Target::One(url) => {
-                        let backend =
-                            RedisBackend::connect(&url, &config, client_id, on_push, modes)
-                                .await
-                                .map_err(|e| at_node(&url, e))?;
-                        if !lazy {
-                            let node = node_name(&url);
-                            backend.check_target(&node, Expected::Single).await?;
-                        }
-                        Ok(Backend::Redis(backend))
-                    }
-                    Target::Quorum(urls) => {
-                        let mut nodes = Vec::with_capacity(urls.len());
-                        for url in urls {
-                            let id = client_id.clone();
-                            let on_push = on_push.clone();
-                            let backend = RedisBackend::connect(
-                                &url,
-                                &node_config,
-                                id,
-                                on_push,
-                                (true, false),
-                            )
-                            .await
-                            .map_err(|e| at_node(&url, e))?;
-                            let name = node_name(&url);
-                            nodes.push(Node { name, backend });
-                        }
-                        let redlock = RedlockBackend::new(nodes, node_timeout, drift_factor);
-                        if !lazy {
-                            redlock.check().await?;
-                        }
-                        Ok(Backend::Redlock(redlock))
-                    }
-                    Target::Sentinel(urls, master) => {
-                        let push = (client_id, Arc::new(on_push) as _);
-                        let backend =
-                            SentinelBackend::connect(urls, master, master_auth, config, push)
-                                .await?;
-                        Ok(Backend::Sentinel(backend))
-                    }
-                    Target::Cluster(urls) => {
-                        let backend = ClusterBackend::connect(
-                            &urls,
-                            &config,
-                            client_id,
-                            on_push,
-                            sync_replicas,
-                        )
-                        .await?;
-                        Ok(Backend::Cluster(backend))
-                    }
-                }
-            };
-            match tokio::time::timeout(connect_timeout, connecting).await {
+            match tokio::time::timeout(connect_timeout, connecting.backend()).await {
                 Ok(result) => result,
                 Err(_) => Err(BackendError::Redis(redis::RedisError::from((
                     redis::ErrorKind::Io,
@@ -634,65 +561,6 @@ impl LockClientBuilder {
         });
         LockClient { inner }
     }
-}
-
-/// What a client connects to.
-enum Target {
-    One(String),
-    Quorum(Vec<String>),
-    /// The sentinels' URLs and the master's name.
-    Sentinel(Vec<String>, String),
-    Cluster(Vec<String>),
-}
-
-impl Target {
-    /// Where the locks live: the node, or the Redlock nodes in order.
-    fn place(&self) -> Box<str> {
-        match self {
-            Target::One(url) => node_name(url).as_ref().into(),
-            Target::Quorum(urls) | Target::Cluster(urls) => {
-                let mut nodes: Vec<Arc<str>> = urls.iter().map(|u| node_name(u)).collect();
-                nodes.sort();
-                nodes.join(",").into()
-            }
-            Target::Sentinel(urls, master) => {
-                let mut nodes: Vec<Arc<str>> = urls.iter().map(|u| node_name(u)).collect();
-                nodes.sort();
-                format!("sentinel:{master}@{}", nodes.join(",")).into()
-            }
-        }
-    }
-}
-
-/// A node's address and database without credentials, for error messages
-/// (and to tell nodes apart).
-pub(crate) fn node_name(url: &str) -> Arc<str> {
-    match redis::Client::open(url) {
-        Ok(client) => {
-            let info = client.get_connection_info();
-            match info.redis_settings().db() {
-                0 => info.addr().to_string().into(),
-                db => format!("{}/{db}", info.addr()).into(),
-            }
-        }
-        Err(_) => url.split('@').next_back().unwrap_or_default().into(),
-    }
-}
-
-/// `error`, met connecting to `url`, with the node named (without
-/// credentials) and its kind kept.
-fn at_node(url: &str, error: redis::RedisError) -> redis::RedisError {
-    let detail = format!("{}: {error}", node_name(url));
-    let what = match error.kind() {
-        redis::ErrorKind::Io => "connection failed",
-        // redis-rs may keep only its own words for the server's WRONGPASS.
-        redis::ErrorKind::AuthenticationFailed => {
-            "authentication failed (WRONGPASS: wrong user name or password, or user disabled)"
-        }
-        redis::ErrorKind::InvalidClientConfig => "invalid options",
-        _ => "refused",
-    };
-    redis::RedisError::from((error.kind(), what, detail))
 }
 
 /// The error of a failed connect.

@@ -132,6 +132,7 @@
 mod announce;
 mod backend;
 mod client;
+mod connect;
 mod error;
 mod fencing;
 mod force_unlock;

@@ -1,0 +1,185 @@
+//! Connecting a client's backend: one node, Redlock nodes, a master found
+//! through Sentinel, or a Redis Cluster; and the handler of the pushes
+//! (release notices, subscriptions, disconnections) its connections get.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::PushInfo;
+
+use crate::backend::cluster::ClusterBackend;
+use crate::backend::redis::{self as redis_backend, RedisBackend, RedisConfig};
+use crate::backend::redlock::{Node, RedlockBackend};
+use crate::backend::sentinel::{MasterAuth, SentinelBackend};
+use crate::backend::target::Expected;
+use crate::backend::{Backend, BackendError};
+use crate::presence::ClientRecord;
+use crate::wakeup::Waiters;
+
+/// What the pushes of a client's connections do: wake its waiters on a
+/// release by another client, on a (re)subscription and on a
+/// disconnection, and have the connections named again after one.
+pub(crate) fn push_handler(
+    waiters: Arc<Waiters>,
+    id: Arc<str>,
+    record: Arc<ClientRecord>,
+) -> impl Fn(PushInfo) + Clone + Send + Sync + 'static {
+    move |info: PushInfo| {
+        if info.kind == redis::PushKind::Disconnection {
+            // Releases published while disconnected are lost: let every
+            // waiter try again.
+            waiters.wake_all();
+            // The new connections need their name.
+            record.again.notify_one();
+        } else if let Some(channel) = redis_backend::subscribed(&info) {
+            // Subscribed (again, after a reconnect): a release before now
+            // was not heard, so the head should try.
+            waiters.wake_release(channel, 0);
+        } else if let Some(released) = redis_backend::released(&info) {
+            // This client's own releases woke its waiters already.
+            if released.client != id.as_bytes() {
+                waiters.wake_release(released.key, released.token);
+            }
+        }
+    }
+}
+
+/// Everything a connect needs, built by the client's builder.
+pub(crate) struct Connecting<F> {
+    pub target: Target,
+    /// For one node, the Sentinel master and the Cluster.
+    pub config: RedisConfig,
+    /// For each Redlock node.
+    pub node_config: RedisConfig,
+    pub client_id: Arc<str>,
+    pub on_push: F,
+    /// Connect on first use (one node and Redlock only).
+    pub lazy: bool,
+    /// Calls from other current-thread runtimes take connections of their
+    /// own (one node only).
+    pub local: bool,
+    pub node_timeout: Duration,
+    pub drift_factor: f64,
+    pub master_auth: MasterAuth,
+}
+
+impl<F: Fn(PushInfo) + Clone + Send + Sync + 'static> Connecting<F> {
+    /// Connects to the target, and checks (unless lazy) that it is what
+    /// the constructor expects.
+    pub(crate) async fn backend(self) -> Result<Backend, BackendError> {
+        let Connecting {
+            target,
+            config,
+            node_config,
+            client_id,
+            on_push,
+            lazy,
+            local,
+            node_timeout,
+            drift_factor,
+            master_auth,
+        } = self;
+        match target {
+            Target::One(url) => {
+                let modes = (lazy, local);
+                let backend = RedisBackend::connect(&url, &config, client_id, on_push, modes)
+                    .await
+                    .map_err(|e| at_node(&url, e))?;
+                if !lazy {
+                    let node = node_name(&url);
+                    backend.check_target(&node, Expected::Single).await?;
+                }
+                Ok(Backend::Redis(backend))
+            }
+            Target::Quorum(urls) => {
+                let mut nodes = Vec::with_capacity(urls.len());
+                for url in urls {
+                    let (id, on_push) = (client_id.clone(), on_push.clone());
+                    // Always lazy: a node that is down now joins later.
+                    let backend =
+                        RedisBackend::connect(&url, &node_config, id, on_push, (true, false))
+                            .await
+                            .map_err(|e| at_node(&url, e))?;
+                    let name = node_name(&url);
+                    nodes.push(Node { name, backend });
+                }
+                let redlock = RedlockBackend::new(nodes, node_timeout, drift_factor);
+                if !lazy {
+                    redlock.check().await?;
+                }
+                Ok(Backend::Redlock(redlock))
+            }
+            Target::Sentinel(urls, master) => {
+                let push = (client_id, Arc::new(on_push) as _);
+                let backend =
+                    SentinelBackend::connect(urls, master, master_auth, config, push).await?;
+                Ok(Backend::Sentinel(backend))
+            }
+            Target::Cluster(urls) => {
+                let sync = config.sync_replicas;
+                let backend =
+                    ClusterBackend::connect(&urls, &config, client_id, on_push, sync).await?;
+                Ok(Backend::Cluster(backend))
+            }
+        }
+    }
+}
+
+/// What a client connects to.
+pub(crate) enum Target {
+    One(String),
+    Quorum(Vec<String>),
+    /// The sentinels' URLs and the master's name.
+    Sentinel(Vec<String>, String),
+    Cluster(Vec<String>),
+}
+
+impl Target {
+    /// Where the locks live: the node, or the Redlock nodes in order.
+    pub(crate) fn place(&self) -> Box<str> {
+        match self {
+            Target::One(url) => node_name(url).as_ref().into(),
+            Target::Quorum(urls) | Target::Cluster(urls) => {
+                let mut nodes: Vec<Arc<str>> = urls.iter().map(|u| node_name(u)).collect();
+                nodes.sort();
+                nodes.join(",").into()
+            }
+            Target::Sentinel(urls, master) => {
+                let mut nodes: Vec<Arc<str>> = urls.iter().map(|u| node_name(u)).collect();
+                nodes.sort();
+                format!("sentinel:{master}@{}", nodes.join(",")).into()
+            }
+        }
+    }
+}
+
+/// A node's address and database without credentials, for error messages
+/// (and to tell nodes apart).
+pub(crate) fn node_name(url: &str) -> Arc<str> {
+    match redis::Client::open(url) {
+        Ok(client) => {
+            let info = client.get_connection_info();
+            match info.redis_settings().db() {
+                0 => info.addr().to_string().into(),
+                db => format!("{}/{db}", info.addr()).into(),
+            }
+        }
+        Err(_) => url.split('@').next_back().unwrap_or_default().into(),
+    }
+}
+
+/// `error`, met connecting to `url`, with the node named (without
+/// credentials) and its kind kept.
+pub(crate) fn at_node(url: &str, error: redis::RedisError) -> redis::RedisError {
+    let detail = format!("{}: {error}", node_name(url));
+    let what = match error.kind() {
+        redis::ErrorKind::Io => "connection failed",
+        // redis-rs may keep only its own words for the server's WRONGPASS.
+        redis::ErrorKind::AuthenticationFailed => {
+            "authentication failed (WRONGPASS: wrong user name or password, or user disabled)"
+        }
+        redis::ErrorKind::InvalidClientConfig => "invalid options",
+        _ => "refused",
+    };
+    redis::RedisError::from((error.kind(), what, detail))
+}

@@ -13,6 +13,7 @@ use crate::backend::redlock::{Node, RedlockBackend};
 use crate::backend::sentinel::{MasterAuth, SentinelBackend};
 use crate::backend::target::Expected;
 use crate::backend::{Backend, BackendError};
+use crate::node_name::node_name;
 use crate::presence::ClientRecord;
 use crate::wakeup::Waiters;
 
@@ -150,21 +151,6 @@ impl Target {
                 format!("sentinel:{master}@{}", nodes.join(",")).into()
             }
         }
-    }
-}
-
-/// A node's address and database without credentials, for error messages
-/// (and to tell nodes apart).
-pub(crate) fn node_name(url: &str) -> Arc<str> {
-    match redis::Client::open(url) {
-        Ok(client) => {
-            let info = client.get_connection_info();
-            match info.redis_settings().db() {
-                0 => info.addr().to_string().into(),
-                db => format!("{}/{db}", info.addr()).into(),
-            }
-        }
-        Err(_) => url.split('@').next_back().unwrap_or_default().into(),
     }
 }
 

@@ -144,6 +144,7 @@ mod io;
 mod lifecycle;
 mod locking;
 pub mod metrics;
+mod node_name;
 mod options;
 mod owner_id;
 mod ownership;

@@ -129,7 +129,7 @@ impl TlsConfig {
             return Err(RedisError::from((
                 ErrorKind::InvalidClientConfig,
                 "TLS options (a CA bundle or a client certificate) need `rediss://` URLs",
-                crate::connect::node_name(url).to_string(),
+                crate::node_name::node_name(url).to_string(),
             )));
         }
         self.build(url.into_connection_info()?)

@@ -31,7 +31,7 @@ use tokio::runtime::Handle;
 
 use super::cluster_pubsub::ShardedSubscriptions;
 use super::cluster_replicas::SyncedAcquires;
-use super::redis::{acquired, evalsha, RedisConfig, ACQUIRE, RENEW};
+use super::redis::{acquired, evalsha, evalsha_cmd, released_answer, RedisConfig, ACQUIRE, RENEW};
 use super::{millis, Acquire, Release, RenewItem, Renewal};
 use crate::io::polled_on;
 use crate::replica_sync::ReplicaSync;
@@ -141,11 +141,7 @@ impl ClusterBackend {
         let args = (owner, &*self.client_id, token);
         let size = owner.len() + self.client_id.len() + 20;
         let freed: i64 = self.eval(&RELEASE_SHARDED, key, args, size).await?;
-        Ok(if freed == 1 {
-            Release::Freed
-        } else {
-            Release::NotHeld
-        })
+        Ok(released_answer(freed))
     }
 
     /// Runs `cmd` routed by its key, on the client's cluster connection.
@@ -164,12 +160,7 @@ impl ClusterBackend {
         args: impl ToRedisArgs,
         args_size: usize,
     ) -> Result<T, RedisError> {
-        let mut cmd = Cmd::with_capacity(7, 96 + key.len() + args_size);
-        cmd.arg("EVALSHA")
-            .arg(script.get_hash())
-            .arg(1)
-            .arg(key)
-            .arg(args);
+        let cmd = evalsha_cmd(script, key, args, args_size);
         let mut con = self.commands.clone();
         polled_on(&self.home, evalsha(script, &cmd, &mut con)).await
     }

@@ -261,6 +261,15 @@ pub(crate) fn acquired(answer: i64) -> Result<Acquire, RedisError> {
     })
 }
 
+/// The meaning of release.lua's answer: 1 when it freed the lock.
+pub(crate) fn released_answer(freed: i64) -> Release {
+    if freed == 1 {
+        Release::Freed
+    } else {
+        Release::NotHeld
+    }
+}
+
 /// The meaning of renew.lua's answer for one lock; a renewal the replicas
 /// did not acknowledge (`synced` false) is not known to last.
 fn renewal(answer: i64, synced: bool) -> Renewal {
@@ -275,7 +284,12 @@ fn renewal(answer: i64, synced: bool) -> Renewal {
 /// `args_size` bytes more than the fixed part, rather than through
 /// `ScriptInvocation`, which allocates every argument on its own: this is
 /// the hot path.
-fn evalsha_cmd(script: &Script, key: &str, args: impl ToRedisArgs, args_size: usize) -> Cmd {
+pub(crate) fn evalsha_cmd(
+    script: &Script,
+    key: &str,
+    args: impl ToRedisArgs,
+    args_size: usize,
+) -> Cmd {
     let mut cmd = Cmd::with_capacity(7, 96 + key.len() + args_size);
     cmd.arg("EVALSHA")
         .arg(script.get_hash())
@@ -296,11 +310,7 @@ impl RedisBackend {
         let args = (owner, &*self.client_id, token);
         let size = owner.len() + self.client_id.len() + 20;
         let freed: i64 = self.eval(route, &RELEASE, key, args, size).await?;
-        Ok(if freed == 1 {
-            Release::Freed
-        } else {
-            Release::NotHeld
-        })
+        Ok(released_answer(freed))
     }
 
     /// Raises the kept fencing token of the lock `owner` holds to `token`;

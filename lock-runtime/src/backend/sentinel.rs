@@ -28,6 +28,7 @@ use tokio::runtime::Handle;
 
 use super::redis::{open_client, RedisBackend, RedisConfig};
 use super::{Acquire, Release, RenewItem, Renewal, Route};
+use crate::node_name::node_name;
 use crate::tls::TlsConfig;
 
 /// How often the follower asks the sentinels during a failover.
@@ -430,14 +431,6 @@ fn encode_into(url: &mut String, text: &str) {
         } else {
             let _ = write!(url, "%{byte:02X}");
         }
-    }
-}
-
-/// A sentinel's address without credentials, for messages.
-fn node_name(url: &str) -> String {
-    match redis::Client::open(url) {
-        Ok(client) => client.get_connection_info().addr().to_string(),
-        Err(_) => url.split('@').next_back().unwrap_or_default().to_owned(),
     }
 }
 

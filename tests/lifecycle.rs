@@ -45,7 +45,7 @@ async fn after_shutdown_new_calls_fail_at_once() {
         .expect_err("shut down");
     assert!(start.elapsed() < Duration::from_millis(500));
     assert!(
-        matches!(&error, LockError::ShutDown { key } if key == "lock:k"),
+        matches!(&error, LockError::ShutDown { key, .. } if key == "lock:k"),
         "{error:?}"
     );
     assert!(!error.is_retryable());
@@ -246,4 +246,118 @@ async fn a_lazy_redlock_client_starts_with_every_node_down() {
     println!("{error}");
     assert!(matches!(error, LockError::NoQuorum { .. }), "{error:?}");
     assert!(error.is_retryable());
+}
+
+/// A metrics recorder that holds the thread that first marks a lock held
+/// (the `distributed_lock_held` gauge, raised as the call registers its
+/// hold) until it is let go.
+struct HoldAtRegistration {
+    reached: std::sync::mpsc::SyncSender<()>,
+    go_on: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl metrics::GaugeFn for HoldAtRegistration {
+    fn increment(&self, _: f64) {
+        let _ = self.reached.try_send(());
+        let go_on = self.go_on.lock().expect("one caller");
+        let _ = go_on.recv_timeout(Duration::from_secs(30));
+    }
+    fn decrement(&self, _: f64) {}
+    fn set(&self, _: f64) {}
+}
+
+struct Recorder(std::sync::Arc<HoldAtRegistration>);
+
+impl metrics::Recorder for Recorder {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        metrics::Counter::noop()
+    }
+    fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        if key.name() == lock_runtime::metrics::HELD {
+            metrics::Gauge::from_arc(self.0.clone())
+        } else {
+            metrics::Gauge::noop()
+        }
+    }
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+/// A call whose acquire succeeds while `shutdown` runs, and that is held up
+/// (as a preempted thread would be) while it registers its hold, until
+/// `shutdown` has returned: it must not run its body after `shutdown`
+/// returned. It fails with `ShutDown` and gives the lock back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_registers_its_hold_during_shutdown_does_not_run() {
+    let client = LockClient::in_memory();
+    let (reached_tx, reached) = std::sync::mpsc::sync_channel(1);
+    let (go_on, go_on_rx) = std::sync::mpsc::channel();
+    let hook = std::sync::Arc::new(HoldAtRegistration {
+        reached: reached_tx,
+        go_on: std::sync::Mutex::new(go_on_rx),
+    });
+    let shut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ran_after_shutdown = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let caller = std::thread::spawn({
+        let (client, shut, ran) = (client.clone(), shut.clone(), ran_after_shutdown.clone());
+        move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            let call = client.run_locked("k", LockOptions::new(), async {
+                if shut.load(std::sync::atomic::Ordering::SeqCst) {
+                    ran.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                Ok::<_, LockError>(())
+            });
+            metrics::with_local_recorder(&Recorder(hook), || runtime.block_on(call))
+        }
+    });
+    let reached =
+        tokio::task::spawn_blocking(move || reached.recv_timeout(Duration::from_secs(10)));
+    reached
+        .await
+        .expect("task")
+        .expect("the call registers its hold");
+    client.shutdown(Duration::ZERO).await;
+    shut.store(true, std::sync::atomic::Ordering::SeqCst);
+    go_on.send(()).expect("the caller waits");
+    let result = tokio::task::spawn_blocking(move || caller.join().expect("caller"))
+        .await
+        .expect("task");
+    assert!(
+        !ran_after_shutdown.load(std::sync::atomic::Ordering::SeqCst),
+        "the body ran after shutdown returned: {result:?}"
+    );
+    assert!(
+        matches!(&result, Err(LockError::ShutDown { .. })),
+        "{result:?}"
+    );
 }

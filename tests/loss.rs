@@ -29,7 +29,7 @@ async fn a_renewal_that_finds_the_lock_gone_stops_the_body() {
     let deleted = Instant::now();
     let result = holder.outcome().await;
     match result {
-        Err(LockError::Lost { key, reason }) => {
+        Err(LockError::Lost { key, reason, .. }) => {
             assert_eq!(key, "lock:vanishing");
             assert_eq!(reason, LossReason::Taken);
         }
@@ -61,7 +61,7 @@ async fn a_release_that_finds_the_lock_gone_reports_the_loss() {
         })
         .await;
     match result {
-        Err(LockError::Lost { key, reason }) => {
+        Err(LockError::Lost { key, reason, .. }) => {
             assert_eq!(key, "lock:gone-early");
             assert_eq!(reason, LossReason::Taken);
         }

@@ -119,7 +119,7 @@ async fn a_nested_call_through_another_client_on_a_held_key_fails_at_once() {
         .await
         .expect("outer");
     match nested {
-        Err(LockError::Invalid { key, message }) => {
+        Err(LockError::Invalid { key, message, .. }) => {
             assert_eq!(key, "lock:held");
             assert!(message.contains("another client"), "{message}");
         }

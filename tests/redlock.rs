@@ -76,6 +76,7 @@ async fn with_three_of_five_down_calls_fail_clearly_and_recover_after_restart() 
             needed,
             reached,
             failures,
+            ..
         } => {
             assert_eq!(key, "lock:quorum");
             assert_eq!((*needed, *reached), (3, 2));

@@ -115,6 +115,7 @@ async fn an_acquire_the_replica_does_not_acknowledge_fails_and_leaves_the_lock_f
             needed,
             acked,
             timeout,
+            ..
         }) => {
             assert_eq!(key, "lock:order:1");
             assert_eq!((needed, acked, timeout), (1, 0, SYNC_TIMEOUT));
@@ -182,4 +183,86 @@ async fn a_synced_acquire_dropped_while_waiting_for_the_replica_leaves_the_lock_
     drop(paused);
     assert!(freed, "the dropped call's lock was released");
     once(&client, "dropped").await.expect("free again");
+}
+
+/// Whether a client of `server` is blocked in `command` now (`CLIENT LIST`
+/// shows it with flag `b`: in `WAIT`, or held by `CLIENT PAUSE`).
+fn blocked_in(server: &TcpServer, command: &str) -> bool {
+    let list: String = server
+        .query(&mut redis::cmd("CLIENT").arg("LIST").clone())
+        .unwrap_or_default();
+    let cmd = format!(" cmd={command} ");
+    list.lines()
+        .any(|line| line.contains(" flags=b ") && line.contains(&cmd))
+}
+
+/// Closes the connections of `server`'s clients that are blocked in
+/// `command`: what they sent is dropped unrun.
+fn cut_blocked_in(server: &TcpServer, command: &str) {
+    let list: String = server
+        .query(&mut redis::cmd("CLIENT").arg("LIST").clone())
+        .unwrap_or_default();
+    let cmd = format!(" cmd={command} ");
+    for line in list.lines() {
+        if !(line.contains(" flags=b ") && line.contains(&cmd)) {
+            continue;
+        }
+        let id = line
+            .strip_prefix("id=")
+            .and_then(|rest| rest.split(' ').next());
+        if let Some(id) = id {
+            let _: Option<()> = server.query(redis::cmd("CLIENT").arg("KILL").arg("ID").arg(id));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_give_back_of_an_unreplicated_lock_is_sent_again() {
+    let _serial = SERIAL.lock().await;
+    // No replica: every synced acquire is refused after the timeout.
+    let master = TcpServer::master();
+    let client = LockClient::builder()
+        .sync_replicas(1, Duration::from_millis(500))
+        .connect(&master.url())
+        .await
+        .expect("connect");
+    let options = LockOptions::new()
+        .lease(Duration::from_secs(30))
+        .wait(Duration::ZERO);
+    // Once first, so that the scripts are loaded: a NOSCRIPT would send the
+    // acquire twice.
+    let first = client
+        .run_locked("warm-up", options, async { Ok::<_, LockError>(()) })
+        .await;
+    assert!(
+        matches!(first, Err(LockError::NotReplicated { .. })),
+        "{first:?}"
+    );
+    let call = tokio::spawn(async move {
+        client
+            .run_locked("unsynced", options, async { Ok::<_, LockError>(()) })
+            .await
+    });
+    // The lock is written and WAIT blocks: pause writes, so that the
+    // give-back that follows the refusal is held unrun, then cut its
+    // connection, so that it fails.
+    let waiting = support::eventually(Duration::from_secs(5), || blocked_in(&master, "wait"));
+    assert!(waiting.await, "the acquire waits for the replica");
+    let _: Option<()> = master.query(redis::cmd("CLIENT").arg("PAUSE").arg(10_000).arg("WRITE"));
+    let held_up = support::eventually(Duration::from_secs(5), || {
+        !blocked_in(&master, "wait") && blocked_in(&master, "evalsha")
+    });
+    assert!(held_up.await, "the give-back is held by the pause");
+    cut_blocked_in(&master, "evalsha");
+    let _: Option<()> = master.query(&mut redis::cmd("CLIENT").arg("UNPAUSE").clone());
+
+    let result = call.await.expect("task");
+    assert!(
+        matches!(result, Err(LockError::NotReplicated { .. })),
+        "{result:?}"
+    );
+    let freed = support::eventually(Duration::from_secs(10), || {
+        !is_held(&master, "lock:unsynced")
+    });
+    assert!(freed.await, "given back well before its 30 s lease");
 }

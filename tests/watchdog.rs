@@ -54,7 +54,7 @@ on_both_backends! {
             .await;
         let elapsed = start.elapsed();
         match result {
-            Err(LockError::Lost { key, reason }) => {
+            Err(LockError::Lost { key, reason, .. }) => {
                 assert_eq!(key, "lock:short");
                 assert_eq!(reason, LossReason::Expired);
             }

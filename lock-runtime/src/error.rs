@@ -19,16 +19,23 @@ pub enum LockError {
     AlreadyInitialized,
 
     /// The lock was held by another owner for the whole `wait`.
-    #[error("timed out after {waited:?} waiting for lock `{key}`")]
+    /// [`held_by`](LockError::Timeout::held_by) tells whether that owner was
+    /// this same client, and the message says what to do then.
+    #[error("timed out after {waited:?} waiting for lock `{key}`{}", HeldByHint(*.held_by))]
+    #[non_exhaustive]
     Timeout {
         /// The lock's key.
         key: String,
         /// How long the call waited.
         waited: Duration,
+        /// Who held the lock when the wait ended, as far as this client
+        /// knows.
+        held_by: HeldBy,
     },
 
     /// The lock was lost while the body ran; the body was stopped there.
     #[error("lock `{key}` was lost while held: {reason}")]
+    #[non_exhaustive]
     Lost {
         /// The lock's key.
         key: String,
@@ -44,6 +51,7 @@ pub enum LockError {
     ///
     /// [`source`]: std::error::Error::source
     #[error("lock `{key}` on {node}: {}", Cause(.source))]
+    #[non_exhaustive]
     Backend {
         /// The lock's key.
         key: String,
@@ -57,6 +65,7 @@ pub enum LockError {
 
     /// Too few Redlock nodes answered to decide: each failure names its node.
     #[error("lock `{key}`: {reached} of the {needed} Redis nodes needed for a quorum answered; {}", NodeFailure::list(.failures))]
+    #[non_exhaustive]
     NoQuorum {
         /// The lock's key.
         key: String,
@@ -70,8 +79,11 @@ pub enum LockError {
 
     /// Fewer replicas than [`sync_replicas`](crate::LockClientBuilder::sync_replicas)
     /// asks for acknowledged the lock's write within its timeout: the lock
-    /// was released (or is left to its lease) and the body did not run.
-    #[error("lock `{key}`: {acked} of the {needed} replicas asked for acknowledged the lock within {timeout:?}; it was released")]
+    /// is given back in the background (sent again if that fails, as any
+    /// release is; left to its lease if Redis cannot be reached) and the
+    /// body did not run.
+    #[error("lock `{key}`: {acked} of the {needed} replicas asked for acknowledged the lock within {timeout:?}; it is given back, and the body did not run")]
+    #[non_exhaustive]
     NotReplicated {
         /// The lock's key.
         key: String,
@@ -89,6 +101,7 @@ pub enum LockError {
     ///
     /// [`LockClient::shutdown`]: crate::LockClient::shutdown
     #[error("lock `{key}`: the lock client is shut down and takes no new locks")]
+    #[non_exhaustive]
     ShutDown {
         /// The lock's key.
         key: String,
@@ -102,12 +115,53 @@ pub enum LockError {
     /// A key or an option was not valid at run time (for example an empty key
     /// or a zero lease given to the programmatic form).
     #[error("invalid lock `{key}`: {message}")]
+    #[non_exhaustive]
     Invalid {
         /// The lock's key.
         key: String,
         /// What is wrong with it.
         message: &'static str,
     },
+}
+
+/// Who held a lock that a call timed out waiting for
+/// ([`LockError::Timeout`]), as far as the waiting client knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HeldBy {
+    /// An owner this client does not hold the lock for: another client, in
+    /// this process or another one.
+    Other,
+    /// A locked body of this same client held it, and the call was not made
+    /// inside that body's task (a task spawned inside the body, say), so it
+    /// waited for the body instead of re-entering. Make the call inside the
+    /// body (the same task), or take the lock in the spawned task only.
+    ThisClient,
+    /// A call on the same key run side by side with this one inside the same
+    /// locked body (`join!`, `select!`) had its turn: calls on a key their
+    /// body holds take turns.
+    Sibling,
+}
+
+/// What a [`LockError::Timeout`]'s message adds for its [`HeldBy`].
+struct HeldByHint(HeldBy);
+
+impl std::fmt::Display for HeldByHint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            HeldBy::Other => "",
+            HeldBy::ThisClient => {
+                ": this same client holds it, in a locked body that this call was not made \
+                 inside (a task spawned inside a body does not re-enter the body's locks, \
+                 it waits for them); make the call inside the body, or take the lock only \
+                 in the spawned task"
+            }
+            HeldBy::Sibling => {
+                ": a call run side by side with it in the same locked body (join!, select!) \
+                 had its turn; such calls on a key their body holds take turns"
+            }
+        })
+    }
 }
 
 /// What showed that a held lock was lost.
@@ -130,6 +184,11 @@ pub enum LossReason {
     ///
     /// [`LockClient::shutdown`]: crate::LockClient::shutdown
     ShutDown,
+    /// The call had re-entered a lock held around it and outlived the call
+    /// that held it (the nested call's future was moved out of that body,
+    /// for example spawned after a timeout): the hold it ran under ended,
+    /// so its body was stopped at its next poll.
+    Detached,
 }
 
 impl std::fmt::Display for LossReason {
@@ -142,6 +201,10 @@ impl std::fmt::Display for LossReason {
             }
             LossReason::ShutDown => {
                 "the client was shut down and the body did not finish within the deadline"
+            }
+            LossReason::Detached => {
+                "this nested call outlived the locked call whose hold it re-entered \
+                 (its future was moved out of that body)"
             }
         })
     }

@@ -7,7 +7,8 @@ use crate::ownership;
 
 /// The fencing token of the lock of the innermost locked call whose body is
 /// running (the lock it took, or the one it re-entered), or `None` outside a
-/// locked body. Pass it to the store the lock protects, which refuses a
+/// locked body, or once that call's hold has ended (a nested call that
+/// outlived its body). Pass it to the store the lock protects, which refuses a
 /// token smaller than one it has seen; see [the fencing
 /// guide](crate::guide::fencing) for Lua and SQL.
 ///
@@ -32,12 +33,12 @@ use crate::ownership;
 /// # }
 /// ```
 pub fn fencing_token() -> Option<u64> {
-    ownership::innermost_held().map(|held| held.token)
+    ownership::innermost().and_then(|frame| frame.token())
 }
 
 /// The fencing token of the lock `key` (as written in the attribute or
 /// given to `run_locked`, without the client's prefix) if the running body
 /// holds it; `None` otherwise.
 pub fn fencing_token_of(key: &str) -> Option<u64> {
-    ownership::held_user_key(key).map(|held| held.token)
+    ownership::held_user_key(key).and_then(|frame| frame.token())
 }

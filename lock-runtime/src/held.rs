@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use crate::error::LossReason;
 use crate::owner_id::{ClientTag, OwnerId};
+use crate::turn::Turn;
 
 /// One link of the chain of held locks that a locked body runs in,
 /// innermost first.
@@ -20,15 +21,39 @@ pub(crate) enum Frame {
     Taken(Arc<HeldLock>),
     /// A lock held further out, re-entered by a nested call: its body sees
     /// that lock as the innermost, with the rest of the chain behind it.
-    Reentered(Arc<(Arc<HeldLock>, Frame)>),
+    Reentered(Arc<Reentry>),
+}
+
+/// A nested call's re-entry of a lock held further out.
+pub(crate) struct Reentry {
+    /// The lock re-entered.
+    held: Arc<HeldLock>,
+    /// The chain around the nested call.
+    outer: Frame,
+    /// The frame whose turn the call holds: the nearest one of `outer` on
+    /// the same lock.
+    turn_of: Frame,
+    /// The turn of calls made inside this one's body on the same lock.
+    turn: Turn,
 }
 
 impl Frame {
+    /// A re-entry of `turn_of`'s lock by a call made in the chain `outer`,
+    /// which has taken `turn_of`'s turn.
+    pub(crate) fn reentered(turn_of: Frame, outer: Frame) -> Frame {
+        Frame::Reentered(Arc::new(Reentry {
+            held: turn_of.held().clone(),
+            outer,
+            turn_of,
+            turn: Turn::new(),
+        }))
+    }
+
     /// The lock of this link.
     pub(crate) fn held(&self) -> &Arc<HeldLock> {
         match self {
             Frame::Taken(held) => held,
-            Frame::Reentered(link) => &link.0,
+            Frame::Reentered(link) => &link.held,
         }
     }
 
@@ -36,7 +61,7 @@ impl Frame {
     pub(crate) fn into_held(self) -> Arc<HeldLock> {
         match self {
             Frame::Taken(held) => held,
-            Frame::Reentered(link) => link.0.clone(),
+            Frame::Reentered(link) => link.held.clone(),
         }
     }
 
@@ -44,8 +69,54 @@ impl Frame {
     pub(crate) fn parent(&self) -> Option<&Frame> {
         match self {
             Frame::Taken(held) => held.parent.as_ref(),
-            Frame::Reentered(link) => Some(&link.1),
+            Frame::Reentered(link) => Some(&link.outer),
         }
+    }
+
+    /// The turn of calls on this lock made inside this frame's body.
+    pub(crate) fn turn(&self) -> &Turn {
+        match self {
+            Frame::Taken(held) => &held.turn,
+            Frame::Reentered(link) => &link.turn,
+        }
+    }
+
+    /// Ends this frame when its call ends: calls waiting for its turn fail,
+    /// and calls that re-entered under it stop at their next poll.
+    pub(crate) fn end(&self) {
+        self.turn().end();
+    }
+
+    /// Ends a re-entry's frame and gives back the turn it took.
+    pub(crate) fn leave(&self) {
+        self.end();
+        if let Frame::Reentered(link) = self {
+            link.turn_of.turn().give_back();
+        }
+    }
+
+    /// Whether this frame's call, or a call whose hold it runs under, has
+    /// ended.
+    pub(crate) fn has_ended(&self) -> bool {
+        match self {
+            Frame::Taken(held) => held.turn.has_ended(),
+            Frame::Reentered(link) => link.turn.has_ended() || link.turn_of.has_ended(),
+        }
+    }
+
+    /// Why this frame's body may not run on, if it may not: the hold it
+    /// runs under has ended, or the lock is lost (checked against the clock
+    /// now).
+    pub(crate) fn check_now(&self) -> Option<LossReason> {
+        if self.has_ended() {
+            return Some(LossReason::Detached);
+        }
+        self.held().check_now()
+    }
+
+    /// The fencing token of this frame's lock while its hold lasts.
+    pub(crate) fn token(&self) -> Option<u64> {
+        (!self.has_ended()).then(|| self.held().token)
     }
 }
 
@@ -93,6 +164,9 @@ pub(crate) struct HeldLock {
     /// When the watchdog should renew next, in ms after `epoch`.
     next_renew_ms: AtomicU64,
     epoch: Instant,
+    /// The turn of calls re-entering it from the taking call's body; ended
+    /// when that call's body ends.
+    turn: Turn,
 }
 
 /// How long a lock was granted for: its lease, less the drift margin, and
@@ -140,6 +214,7 @@ impl HeldLock {
             lost: AtomicWaker::new(),
             next_renew_ms: AtomicU64::new(0),
             epoch: sent,
+            turn: Turn::new(),
         };
         held.schedule_renewal(sent + lease / 3);
         held.client.life.hold_started();

@@ -99,8 +99,9 @@
 //!   renewing are each one Lua script (loaded once, called by `EVALSHA`).
 //! - Ownership is the extent of the body: a locked call made inside a
 //!   locked body (same task, same client) on the same key re-enters with no
-//!   round trip. Every other call is an acquisition with an owner id of its
-//!   own: a spawned task, a future joined next to another inside a body.
+//!   round trip; calls run side by side there on that key take turns; a
+//!   nested call that outlives the body stops. A spawned task is another
+//!   owner. The rules, with an example, are on [`distributed_lock`].
 //! - Waiters line up per key in arrival order within a client; the head of
 //!   the line subscribes to the lock's release channel and retries when the
 //!   holder's release publishes, or when the holder's lease runs out.
@@ -155,6 +156,7 @@ mod shutdown;
 mod subscriptions;
 mod telemetry;
 mod tls;
+mod turn;
 mod wakeup;
 mod watchdog;
 
@@ -170,7 +172,7 @@ pub mod __private {
 }
 
 pub use client::{LockClient, LockClientBuilder};
-pub use error::{LockError, LossReason, NodeFailure};
+pub use error::{HeldBy, LockError, LossReason, NodeFailure};
 pub use fencing::{fencing_token, fencing_token_of};
 pub use global::{client, init};
 pub use inspect::{ClientInfo, HeldInfo, LockHolder, LockInfo};

@@ -5,9 +5,10 @@
 //! the same task, on the same client) finds its key in that chain and
 //! re-enters without a round trip to the backend; its body runs with a frame
 //! of its own on top, so that [`crate::fencing_token`] answers for its lock.
-//! Every call that takes a lock is an acquisition of its own, with an owner
-//! id of its own: a spawned task, or a sibling future joined next to the
-//! body, sees no chain and is a different owner.
+//! Calls that re-enter one frame side by side take turns (see
+//! [`crate::turn`]). Every call that takes a lock is an acquisition of its
+//! own, with an owner id of its own: a spawned task sees no chain and is a
+//! different owner.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,15 +22,15 @@ tokio::task_local! {
     static CURRENT: Frame;
 }
 
-/// The first held lock in the running body's chain, innermost first, that
-/// `matches`.
-fn find(matches: impl Fn(&HeldLock) -> bool) -> Option<Arc<HeldLock>> {
+/// The first frame in the running body's chain, innermost first, whose
+/// held lock `matches`.
+fn find(matches: impl Fn(&HeldLock) -> bool) -> Option<Frame> {
     CURRENT
         .try_with(|innermost| {
             let mut next = Some(innermost);
             while let Some(frame) = next {
                 if matches(frame.held()) {
-                    return Some(frame.held().clone());
+                    return Some(frame.clone());
                 }
                 next = frame.parent();
             }
@@ -39,34 +40,30 @@ fn find(matches: impl Fn(&HeldLock) -> bool) -> Option<Arc<HeldLock>> {
         .flatten()
 }
 
-/// The lock `key` (full key) of `client` if the running body holds it.
-pub(crate) fn held(client: &Arc<ClientTag>, key: &str) -> Option<Arc<HeldLock>> {
+/// The nearest frame of the running body's chain that holds the lock `key`
+/// (full key) of `client`, if there is one.
+pub(crate) fn held(client: &Arc<ClientTag>, key: &str) -> Option<Frame> {
     find(|held| &*held.key == key && Arc::ptr_eq(&held.client, client))
 }
 
 /// A lock `key` (full key) that the running body holds through another
 /// client that keeps its locks in the same place as `client`.
-pub(crate) fn held_elsewhere(client: &Arc<ClientTag>, key: &str) -> Option<Arc<HeldLock>> {
+pub(crate) fn held_elsewhere(client: &Arc<ClientTag>, key: &str) -> bool {
     find(|held| {
         &*held.key == key && held.client.place == client.place && !Arc::ptr_eq(&held.client, client)
     })
+    .is_some()
 }
 
-/// The lock on `key` (as the caller wrote it, without prefix) held by the
-/// running body, innermost first.
-pub(crate) fn held_user_key(key: &str) -> Option<Arc<HeldLock>> {
+/// The nearest frame holding the lock on `key` (as the caller wrote it,
+/// without prefix) in the running body's chain.
+pub(crate) fn held_user_key(key: &str) -> Option<Frame> {
     find(|held| held.user_key() == key)
 }
 
 /// The running body's chain: the parent of a lock taken now.
 pub(crate) fn innermost() -> Option<Frame> {
     CURRENT.try_with(Frame::clone).ok()
-}
-
-/// The lock of the innermost locked call whose body is running: the one it
-/// took, or the one it re-entered.
-pub(crate) fn innermost_held() -> Option<Arc<HeldLock>> {
-    CURRENT.try_with(|frame| frame.held().clone()).ok()
 }
 
 /// Runs `f` (one poll of a locked body) with `frame` as the innermost.

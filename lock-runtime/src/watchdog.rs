@@ -83,6 +83,12 @@ impl Registry {
         }
     }
 
+    /// Whether a lock on `key` (full key) is watched now: held by a body
+    /// of this client.
+    pub(crate) fn holds(&self, key: &str) -> bool {
+        self.with(|locks| locks.values().any(|held| held.key == key))
+    }
+
     /// The locks watched now.
     pub(crate) fn snapshot(&self) -> Vec<Arc<HeldLock>> {
         self.with(|locks| locks.values().cloned().collect())

@@ -91,7 +91,9 @@ impl SyncedAcquires {
             answer => answer?,
         };
         Ok(match acquired(answer)? {
-            Acquire::Acquired(_) if acked < self.sync.replicas => Acquire::NotReplicated { acked },
+            Acquire::Acquired(token) if acked < self.sync.replicas => {
+                Acquire::NotReplicated { token, acked }
+            }
             other => other,
         })
     }

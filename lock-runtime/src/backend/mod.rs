@@ -104,8 +104,10 @@ pub(crate) enum Acquire {
     Held(Option<Duration>),
     /// The owner took the lock, but fewer replicas than the client's
     /// `sync_replicas` asks for acknowledged the write in time: the caller
-    /// releases it and fails.
+    /// gives it back in the background and fails.
     NotReplicated {
+        /// The fencing token of the hold to give back.
+        token: u64,
         /// How many replicas acknowledged it.
         acked: usize,
     },

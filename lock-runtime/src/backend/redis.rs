@@ -237,8 +237,8 @@ impl RedisBackend {
             .acquire(&self.home, &ACQUIRE, cmd, release)
             .await?;
         match acquired(answer)? {
-            Acquire::Acquired(_) if acked < replicated.sync.replicas => {
-                Ok(Acquire::NotReplicated { acked })
+            Acquire::Acquired(token) if acked < replicated.sync.replicas => {
+                Ok(Acquire::NotReplicated { token, acked })
             }
             answer => Ok(answer),
         }

@@ -1,14 +1,16 @@
 //! Taking a lock: try at once, or wait in this client's line for wake-ups
 //! from releases or for the holder's lease to run out.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::backend::{Acquire, BackendError, Route};
 use crate::client::LockClient;
-use crate::error::LockError;
+use crate::error::{HeldBy, LockError};
 use crate::held::{Frame, HeldLock, Term};
+use crate::locking::release::release_later;
 use crate::owner_id::OwnerId;
 use crate::telemetry;
 
@@ -85,10 +87,22 @@ async fn take(
         _ => id,
     };
     let owner_id = OwnerId::new(&inner.tag.id, owner);
-    let held = |key: String, token: u64, sent: Instant| {
+    // The hold that a granting answer to a request sent at `sent` gives:
+    // the lock, or an error once a hold that too few replicas acknowledged
+    // is handed to the background to be given back.
+    let won = |key: String, answer: Acquire, sent: Instant| {
         let chain = (inner.tag.clone(), parent);
         let prefix = inner.prefix.len();
-        HeldLock::new(id, chain, (key, prefix), term, token, sent)
+        let (token, acked) = match answer {
+            Acquire::Acquired(token) => (token, None),
+            Acquire::NotReplicated { token, acked } => (token, Some(acked)),
+            Acquire::Held(_) => unreachable!("a refusal grants nothing"),
+        };
+        let held = HeldLock::new(id, chain, (key, prefix), term, token, sent);
+        match acked {
+            None => Ok(held),
+            Some(acked) => Err(not_replicated(client, &route, held, acked)),
+        }
     };
     let lease = term.lease;
 
@@ -97,18 +111,12 @@ async fn take(
     if wait.is_zero() || !inner.waiters.is_waited(&key) {
         *attempts += 1;
         match attempt(client, &route, &key, &owner_id, lease).await {
-            Ok(Acquire::Acquired(token)) => return Ok(held(key, token, start)),
-            Ok(Acquire::NotReplicated { acked }) => {
-                return Err(not_replicated(client, &route, &key, &owner_id, acked).await)
-            }
             Ok(Acquire::Held(ttl)) if wait.is_zero() => {
                 telemetry::waiting(ttl, *attempts);
-                return Err(LockError::Timeout {
-                    key,
-                    waited: start.elapsed(),
-                });
+                return Err(timed_out(client, key, start.elapsed()));
             }
             Ok(Acquire::Held(ttl)) => telemetry::waiting(ttl, *attempts),
+            Ok(answer) => return won(key, answer, start),
             Err(source) => return Err(source.on_key(&key, &inner.tag.place)),
         }
     }
@@ -123,8 +131,8 @@ async fn take(
         lease,
         attempts,
     };
-    let (token, sent) = Box::pin(line.wait(start, start + wait)).await?;
-    Ok(held(key, token, sent))
+    let (answer, sent) = Box::pin(line.wait(start, start + wait)).await?;
+    won(key, answer, sent)
 }
 
 /// A contended acquire.
@@ -139,13 +147,17 @@ struct Line<'a> {
 }
 
 impl Line<'_> {
-    /// Waits in this client's line for the key until the lock is taken (its
-    /// token and when the winning request was sent) or `deadline`.
+    /// Waits in this client's line for the key until a request is granted
+    /// (its answer, and when it was sent) or `deadline`.
     ///
     /// Joining the line subscribes the client to the key's releases in the
     /// background; no step here waits for that. The line is woken when the
     /// subscription is confirmed, so a release before then is not missed.
-    async fn wait(self, start: Instant, deadline: Instant) -> Result<(u64, Instant), LockError> {
+    async fn wait(
+        self,
+        start: Instant,
+        deadline: Instant,
+    ) -> Result<(Acquire, Instant), LockError> {
         let inner = &self.client.inner;
         let ticket = inner.waiters.join(self.key);
         // When the head tries again without news: the holder's expiry.
@@ -166,16 +178,6 @@ impl Line<'_> {
                 *self.attempts += 1;
                 let answer = attempt(self.client, self.route, self.key, self.owner, self.lease);
                 match answer.await {
-                    Ok(Acquire::Acquired(token)) => {
-                        ticket.acquired();
-                        return Ok((token, sent));
-                    }
-                    Ok(Acquire::NotReplicated { acked }) => {
-                        let (client, route) = (self.client, self.route);
-                        return Err(
-                            not_replicated(client, route, self.key, self.owner, acked).await
-                        );
-                    }
                     Ok(Acquire::Held(ttl)) => {
                         telemetry::waiting(ttl, *self.attempts);
                         let ttl = ttl.unwrap_or(NO_TTL_RETRY).max(Duration::from_millis(1));
@@ -184,6 +186,10 @@ impl Line<'_> {
                             .checked_add(ttl)
                             .map_or(deadline, |at| at.min(deadline));
                     }
+                    Ok(answer) => {
+                        ticket.acquired();
+                        return Ok((answer, sent));
+                    }
                     Err(source) => {
                         return Err(source.on_key(self.key, &self.client.inner.tag.place))
                     }
@@ -191,10 +197,7 @@ impl Line<'_> {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(LockError::Timeout {
-                    key: self.key.to_owned(),
-                    waited: now - start,
-                });
+                return Err(timed_out(self.client, self.key.to_owned(), now - start));
             }
             // On the client's runtime's timer: the caller's runtime may have
             // none.
@@ -207,23 +210,35 @@ impl Line<'_> {
     }
 }
 
-/// Releases a lock taken without enough replicas acknowledging it, and
-/// gives the caller's error. A release that fails leaves the lock to its
-/// lease: the call fails either way, and the body never runs.
-async fn not_replicated(
-    client: &LockClient,
-    route: &Route,
-    key: &str,
-    owner: &OwnerId,
-    acked: usize,
-) -> LockError {
-    let _ = client.inner.backend.release(route, key, owner, 0).await;
+/// The error of a call that waited for `key` in vain, naming this client as
+/// the holder when one of its own bodies holds the lock.
+fn timed_out(client: &LockClient, key: String, waited: Duration) -> LockError {
+    let held_by = if client.inner.registry.holds(&key) {
+        HeldBy::ThisClient
+    } else {
+        HeldBy::Other
+    };
+    LockError::Timeout {
+        key,
+        waited,
+        held_by,
+    }
+}
+
+/// Gives back, in the background, a lock taken without enough replicas
+/// acknowledging it, and gives the caller's error. The release is sent
+/// again if it fails, as any release is, and cannot be cancelled with the
+/// call; one that fails twice leaves the lock to its lease. The body never
+/// runs.
+fn not_replicated(client: &LockClient, route: &Route, held: HeldLock, acked: usize) -> LockError {
     let (needed, timeout) = client
         .inner
         .sync_replicas
         .map_or((0, Duration::ZERO), |sync| (sync.replicas, sync.timeout));
+    let key = held.key.clone();
+    release_later(client, Arc::new(held), route.clone());
     LockError::NotReplicated {
-        key: key.to_owned(),
+        key,
         needed,
         acked,
         timeout,

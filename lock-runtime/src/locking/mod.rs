@@ -12,15 +12,17 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use pin_project_lite::pin_project;
+use tokio::time::Instant;
 use tracing::Span;
 
 use crate::backend::Route;
 use crate::client::LockClient;
-use crate::error::{LockError, LossReason};
+use crate::error::{HeldBy, LockError, LossReason};
 use crate::held::{Frame, HeldLock, Term};
 use crate::options::LockOptions;
 use crate::ownership;
 use crate::telemetry::{self, UNLABELLED};
+use crate::turn::Take;
 use acquire::Request;
 use release::{release, release_dropped, release_later, Released};
 
@@ -80,12 +82,14 @@ pin_project! {
             let _entered = this.span.as_deref().map(Span::enter);
             let held = match mem::replace(this.phase, Phase::Done) {
                 Phase::Holding(frame) => {
+                    frame.end();
                     // In the lock's scope, where the body ran.
                     ownership::drop_within(&frame, || this.body.set(None));
                     frame.into_held()
                 }
                 Phase::Reentered(frame) => {
                     ownership::drop_within(&frame, || this.body.set(None));
+                    frame.leave();
                     return;
                 }
                 // The release may not have reached the backend; another one
@@ -105,6 +109,11 @@ pin_project! {
 /// held, and a trait object, since an `async fn`'s future type has no name.
 type Acquiring<'a> = Pin<Box<dyn Future<Output = Result<HeldLock, LockError>> + Send + 'a>>;
 
+/// Waiting for the turn on a lock held around the call, behind a call made
+/// side by side with it (see [`crate::turn`]): boxed, as only such calls
+/// need it.
+type Turning<'a> = Pin<Box<dyn Future<Output = Result<Frame, LockError>> + Send + 'a>>;
+
 /// Giving the lock back (see [`release`]).
 type Releasing<'a> = Pin<Box<dyn Future<Output = Released> + Send + 'a>>;
 
@@ -117,9 +126,13 @@ enum Phase<'a, T, E> {
         options: LockOptions,
     },
     Acquiring(Acquiring<'a>),
+    /// The lock is held around the call, and another call made side by
+    /// side with this one has its turn.
+    Turning(Turning<'a>),
     /// The body runs under the lock that this call took (the frame's).
     Holding(Frame),
-    /// The body runs under the same lock, held around this call.
+    /// The body runs under the same lock, held around this call, in its
+    /// turn (the frame's).
     Reentered(Frame),
     /// The body has ended with `result`; the lock is being released.
     Releasing {
@@ -170,15 +183,20 @@ where
                 Phase::Acquiring(acquiring) => match ready!(acquiring.as_mut().poll(cx)) {
                     Ok(held) => {
                         let held = Arc::new(held);
+                        // Registered before the check: a shutdown that
+                        // closes after the check finds the lock among the
+                        // registered ones, and one that closed before it
+                        // is seen here.
+                        client.inner.registry.register(held.clone());
                         if client.inner.tag.life.is_closed() {
                             // Taken while the client shut down: given back.
+                            client.inner.registry.unregister(held.id);
                             let key = held.key.clone();
                             release_later(client, held, Route::Home);
                             *this.phase = Phase::Done;
                             this.body.set(None);
                             return Poll::Ready(Err(E::from(LockError::ShutDown { key })));
                         }
-                        client.inner.registry.register(held.clone());
                         *this.phase = Phase::Holding(Frame::Taken(held));
                     }
                     Err(error) => {
@@ -187,32 +205,48 @@ where
                         return Poll::Ready(Err(E::from(error)));
                     }
                 },
+                Phase::Turning(turning) => match ready!(turning.as_mut().poll(cx)) {
+                    Ok(frame) => *this.phase = Phase::Reentered(frame),
+                    Err(error) => {
+                        *this.phase = Phase::Done;
+                        this.body.set(None);
+                        return Poll::Ready(Err(E::from(error)));
+                    }
+                },
                 Phase::Reentered(frame) => {
                     // No waker to leave: the call that took the lock runs
-                    // this one inside its body, and stops it on loss.
+                    // this one inside its body, and stops it on loss. A call
+                    // moved out of that body stops at its next poll.
                     let body = this.body.as_mut();
                     *this.in_body = true;
-                    let polled = ownership::within(frame, || watch(frame.held(), body, cx));
+                    let polled = ownership::within(frame, || watch(frame, body, cx));
                     *this.in_body = false;
                     let step = ready!(polled);
                     let result = match step {
                         Step::Returned(result) => result,
                         Step::Lost(reason) => Err(E::from(lost(frame.held(), reason))),
                     };
-                    *this.phase = Phase::Done;
-                    this.body.set(None);
+                    let Phase::Reentered(frame) = mem::replace(this.phase, Phase::Done) else {
+                        unreachable!()
+                    };
+                    // In the lock's scope, as in the drop.
+                    ownership::drop_within(&frame, || this.body.set(None));
+                    frame.leave();
                     return Poll::Ready(result);
                 }
                 Phase::Holding(frame) => {
                     frame.held().wake_on_loss(cx.waker());
                     let body = this.body.as_mut();
                     *this.in_body = true;
-                    let polled = ownership::within(frame, || watch(frame.held(), body, cx));
+                    let polled = ownership::within(frame, || watch(frame, body, cx));
                     *this.in_body = false;
                     let step = ready!(polled);
                     let Phase::Holding(frame) = mem::replace(this.phase, Phase::Done) else {
                         unreachable!()
                     };
+                    // The hold ends with the body, for every call that
+                    // re-entered it too.
+                    frame.end();
                     let held = frame.into_held();
                     this.body.set(None);
                     client.inner.registry.unregister(held.id);
@@ -268,15 +302,14 @@ fn start<'a, T, E>(
 ) -> Result<Phase<'a, T, E>, LockError> {
     let inner = &client.inner;
     let parent = ownership::innermost();
-    if let Some(held) = ownership::held(&inner.tag, &key) {
+    if let Some(turn_of) = ownership::held(&inner.tag, &key) {
         let outer = parent.expect("a held lock is in a chain");
-        telemetry::reentered(options.label_name().unwrap_or(UNLABELLED));
-        return Ok(Phase::Reentered(Frame::Reentered(Arc::new((held, outer)))));
+        return reenter(client, key, &options, turn_of, outer);
     }
     if inner.tag.life.is_closed() {
         return Err(LockError::ShutDown { key });
     }
-    if ownership::held_elsewhere(&inner.tag, &key).is_some() {
+    if ownership::held_elsewhere(&inner.tag, &key) {
         return Err(LockError::Invalid {
             key,
             message: "the body holds this lock through another client of the same Redis: \
@@ -320,21 +353,78 @@ fn start<'a, T, E>(
     ))))
 }
 
+/// Re-enters the lock `turn_of` holds around the call (made in the chain
+/// `outer`): at once if no other call made side by side has its turn,
+/// otherwise after that call, waiting up to the call's `wait`.
+fn reenter<'a, T, E>(
+    client: &'a LockClient,
+    key: String,
+    options: &LockOptions,
+    turn_of: Frame,
+    outer: Frame,
+) -> Result<Phase<'a, T, E>, LockError> {
+    telemetry::reentered(options.label_name().unwrap_or(UNLABELLED));
+    match turn_of.turn().try_take() {
+        Take::Taken => Ok(Phase::Reentered(Frame::reentered(turn_of, outer))),
+        Take::Ended => Err(LockError::Lost {
+            key,
+            reason: LossReason::Detached,
+        }),
+        Take::Busy => {
+            let wait = options.wait_or(client.inner.wait).min(LockOptions::LONGEST);
+            let turning = wait_turn(client, key, turn_of, outer, wait);
+            Ok(Phase::Turning(Box::pin(turning)))
+        }
+    }
+}
+
+/// Waits up to `wait` for `turn_of`'s turn, behind the calls made side by
+/// side with this one that came first.
+async fn wait_turn(
+    client: &LockClient,
+    key: String,
+    turn_of: Frame,
+    outer: Frame,
+    wait: Duration,
+) -> Result<Frame, LockError> {
+    let start = Instant::now();
+    // On the client's runtime's timer: the caller's runtime may have none.
+    let sleep = client.inner.io.sleep_until(start + wait);
+    let taken = tokio::select! {
+        biased;
+        taken = turn_of.turn().take() => taken,
+        () = sleep => return Err(LockError::Timeout {
+            key,
+            waited: start.elapsed(),
+            held_by: HeldBy::Sibling,
+        }),
+    };
+    if taken {
+        Ok(Frame::reentered(turn_of, outer))
+    } else {
+        Err(LockError::Lost {
+            key,
+            reason: LossReason::Detached,
+        })
+    }
+}
+
 /// One poll of the body, unless the lock is found lost.
 ///
 /// Before every poll of the body the lock's validity is checked against the
 /// clock, so a body resumed after a pause past its lease (a stopped process,
 /// a starved runtime) is stopped before it runs on, even if the watchdog has
-/// not marked the loss yet.
+/// not marked the loss yet; and so is a nested call's body polled after the
+/// hold it re-entered has ended.
 fn watch<T, E, F>(
-    held: &HeldLock,
+    frame: &Frame,
     body: Pin<&mut Option<F>>,
     cx: &mut Context<'_>,
 ) -> Poll<Step<T, E>>
 where
     F: Future<Output = Result<T, E>>,
 {
-    if let Some(reason) = held.check_now() {
+    if let Some(reason) = frame.check_now() {
         return Poll::Ready(Step::Lost(reason));
     }
     let body = body

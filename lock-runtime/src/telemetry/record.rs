@@ -69,6 +69,7 @@ pub(super) fn lost(label: &'static str, reason: LossReason, since: Instant) {
             LossReason::Expired => "expired",
             LossReason::Unconfirmed => "unconfirmed",
             LossReason::ShutDown => "shutdown",
+            LossReason::Detached => "detached",
         };
         ::metrics::counter!(LOSSES, LOCK => label, REASON => reason).increment(1);
         ::metrics::histogram!(HELD_SECONDS, LOCK => label).record(since.elapsed().as_secs_f64());

@@ -82,9 +82,10 @@ pin_project! {
             let _entered = this.span.as_deref().map(Span::enter);
             let held = match mem::replace(this.phase, Phase::Done) {
                 Phase::Holding(frame) => {
-                    frame.end();
-                    // In the lock's scope, where the body ran.
+                    // In the lock's scope, where the body ran, while the
+                    // hold lasts: what the body drops still sees its token.
                     ownership::drop_within(&frame, || this.body.set(None));
+                    frame.end();
                     frame.into_held()
                 }
                 Phase::Reentered(frame) => {

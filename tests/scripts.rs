@@ -97,18 +97,44 @@ fn one_acquisition_holds_and_frees_the_lock() {
     assert!(next > token, "{token} then {next}");
 }
 
+/// acquire.lua's answer for `owner` asking for a lease of `lease_ms`.
+fn acquire_for(con: &mut Connection, owner: &str, lease_ms: u64) -> i64 {
+    script("acquire")
+        .key(KEY)
+        .arg(owner)
+        .arg(lease_ms)
+        .invoke(con)
+        .expect("acquire.lua")
+}
+
 #[test]
-fn an_acquire_seen_twice_answers_its_own_token_and_leaves_the_lease() {
+fn an_acquire_seen_twice_answers_its_own_token_and_runs_the_lease_from_the_later_request() {
     let server = RedisServer::start();
     let mut con = server.connection();
-    let token = acquire(&mut con, "a:1");
-    let _: () = redis::cmd("PEXPIRE")
-        .arg(KEY)
-        .arg(5_000)
-        .query(&mut con)
-        .expect("PEXPIRE");
-    assert_eq!(acquire(&mut con, "a:1"), token, "the same acquisition");
-    assert!(pttl(&mut con) <= 5_000, "the lease is not reset");
+    // An earlier request of the acquisition (an earlier Redlock attempt of
+    // the same call, say) left a hold with little of its lease left.
+    let token = acquire_for(&mut con, "a:1", 2_000);
+    assert!(token > 0, "{token}");
+    assert!(pttl(&mut con) <= 2_000);
+    assert_eq!(
+        acquire_for(&mut con, "a:1", LEASE_MS),
+        token,
+        "the same acquisition"
+    );
+    let ttl = pttl(&mut con);
+    assert!(
+        ttl > LEASE_MS as i64 - 5_000,
+        "the hold lasts a lease from the later request: {ttl} ms"
+    );
+    assert_eq!(
+        value(&mut con),
+        Some((token as u64, "h".into(), "a:1".into())),
+        "the value is kept"
+    );
+    // A waited-for hold stays marked.
+    assert!(acquire(&mut con, "b:1") <= -2);
+    assert_eq!(acquire_for(&mut con, "a:1", LEASE_MS), token);
+    assert_eq!(value(&mut con).expect("held").1, "w");
 }
 
 #[test]

@@ -6,8 +6,11 @@
 -- ARGV[2]  the lease in milliseconds
 -- Returns one integer (a table would cost the server more):
 -- the fencing token (> 0) when ARGV[1] holds the lock: a new token, or the
--- same one when this acquisition already holds it (a retried request; its
--- lease is left as it is);
+-- same one when this acquisition already holds it (a retried request, or
+-- on Redlock an earlier attempt of the same call whose give-back did not
+-- reach this node). Then the lease is reset to ARGV[2], value kept: the
+-- client counts its lease from this request, so the node must keep the
+-- hold at least that long;
 -- -2 - ttl when another owner holds it, where ttl is the holder's remaining
 -- lease in milliseconds (so -1 when the key has no expiry).
 -- Errors with LOCKLAYOUT when the key holds anything else.
@@ -29,6 +32,7 @@ if value then
   end
   if state ~= 'f' then
     if holder == owner then
+      redis.call('pexpire', key, ARGV[2])
       return tonumber(kept)
     end
     if state == 'h' then

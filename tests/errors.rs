@@ -66,8 +66,12 @@ async fn a_foreign_value_at_the_key_is_named_and_not_retryable() {
     let server = RedisServer::start();
     query(&server, &["SET", "lock:plain", "not a lock"]);
     query(&server, &["HSET", "lock:hash", "owner", "x"]);
+    // Layout 1's shape, but a state it does not define, and a fence past
+    // what the scripts' numbers carry exactly (2^53 + 1).
+    query(&server, &["SET", "lock:state", "L1:5:x:someone:1"]);
+    query(&server, &["SET", "lock:fence", "L1:9007199254740993:f:"]);
     let client = LockClient::connect(&server.url()).await.expect("connect");
-    for key in ["plain", "hash"] {
+    for key in ["plain", "hash", "state", "fence"] {
         let error = take(&client, key, Duration::ZERO)
             .await
             .expect_err("foreign value");

@@ -344,3 +344,83 @@ async fn tokens_go_up_when_the_node_that_gave_the_largest_leaves() {
     let second = token().await.expect("second, without node 0");
     assert!(second > first, "{first} then {second}");
 }
+
+/// A call keeps its owner id across its attempts, so a node that kept an
+/// earlier attempt's hold (the give-back after a split vote did not reach
+/// it) answers a later attempt with that hold. The client counts a lease
+/// from the later attempt's send; the node must keep the hold that long,
+/// or a second client finds a quorum while the first still runs its body.
+///
+/// No proxy: the kept hold is planted on node A by hand, with the owner id
+/// of the client's next acquisition and little lease left, and a foreign
+/// hold on node C, so that A (its own hold) and B (free) make the quorum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_kept_from_an_earlier_attempt_lasts_the_lease_the_client_counts() {
+    const KEY: &str = "lock:kept";
+    const LEASE: Duration = Duration::from_secs(3);
+    /// What is left of the kept hold, and of the foreign one.
+    const LEFT_MS: u64 = 300;
+    /// When the second client tries: past both planted holds, well before
+    /// the first client's renewal at a third of its lease.
+    const SECOND_AFTER: Duration = Duration::from_millis(600);
+
+    let cluster = Cluster {
+        nodes: (0..3).map(|_| RedisServer::start()).collect(),
+    };
+    let client = cluster.client(LockClient::builder()).await;
+    let other = cluster.client(LockClient::builder()).await;
+
+    // Owner ids are `<client id>:<n>`, n counting the client's acquisitions.
+    let probe = LockOptions::new().wait(Duration::ZERO);
+    let owner = client
+        .run_locked("probe", probe, async {
+            let info = client.inspect("probe").await?;
+            Ok::<_, LockError>(info.holder.expect("held").owner)
+        })
+        .await
+        .expect("probe");
+    let (client_id, n) = owner.rsplit_once(':').expect("<client id>:<n>");
+    let next = format!("{client_id}:{}", n.parse::<u64>().expect("n") + 1);
+
+    let (mut a, mut c) = (cluster.nodes[0].connection(), cluster.nodes[2].connection());
+    let plant = |con: &mut redis::Connection, value: &str| {
+        let _: () = redis::cmd("SET")
+            .arg(KEY)
+            .arg(value)
+            .arg("PX")
+            .arg(LEFT_MS)
+            .query(con)
+            .expect("SET");
+    };
+    // C first: if C's hold is still there when the client's acquire
+    // reaches it, so is A's.
+    plant(&mut c, "L1:1:h:someone:1");
+    plant(&mut a, &format!("L1:1:h:{next}"));
+
+    let mut second = None;
+    let options = LockOptions::new().lease(LEASE).wait(Duration::ZERO);
+    let first = client
+        .run_locked("kept", options, async {
+            assert!(
+                !cluster.nodes[2]
+                    .owners(KEY)
+                    .iter()
+                    .any(|(owner, _)| *owner == next),
+                "C refused the first client (the planted holds were there)"
+            );
+            tokio::time::sleep(SECOND_AFTER).await;
+            let probe = other.clone();
+            let taken = tokio::spawn(async move { once(&probe, "kept", Duration::ZERO).await })
+                .await
+                .expect("second client");
+            second = Some(taken);
+            Ok::<_, LockError>(())
+        })
+        .await;
+    let second = second.expect("the first client's body ran");
+    assert!(
+        matches!(second, Err(LockError::Timeout { .. })),
+        "a second client took the lock while the first held it: {second:?}"
+    );
+    first.expect("the first client held the lock to the end");
+}

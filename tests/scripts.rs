@@ -97,18 +97,44 @@ fn one_acquisition_holds_and_frees_the_lock() {
     assert!(next > token, "{token} then {next}");
 }
 
+/// acquire.lua's answer for `owner` asking for a lease of `lease_ms`.
+fn acquire_for(con: &mut Connection, owner: &str, lease_ms: u64) -> i64 {
+    script("acquire")
+        .key(KEY)
+        .arg(owner)
+        .arg(lease_ms)
+        .invoke(con)
+        .expect("acquire.lua")
+}
+
 #[test]
-fn an_acquire_seen_twice_answers_its_own_token_and_leaves_the_lease() {
+fn an_acquire_seen_twice_answers_its_own_token_and_runs_the_lease_from_the_later_request() {
     let server = RedisServer::start();
     let mut con = server.connection();
-    let token = acquire(&mut con, "a:1");
-    let _: () = redis::cmd("PEXPIRE")
-        .arg(KEY)
-        .arg(5_000)
-        .query(&mut con)
-        .expect("PEXPIRE");
-    assert_eq!(acquire(&mut con, "a:1"), token, "the same acquisition");
-    assert!(pttl(&mut con) <= 5_000, "the lease is not reset");
+    // An earlier request of the acquisition (an earlier Redlock attempt of
+    // the same call, say) left a hold with little of its lease left.
+    let token = acquire_for(&mut con, "a:1", 2_000);
+    assert!(token > 0, "{token}");
+    assert!(pttl(&mut con) <= 2_000);
+    assert_eq!(
+        acquire_for(&mut con, "a:1", LEASE_MS),
+        token,
+        "the same acquisition"
+    );
+    let ttl = pttl(&mut con);
+    assert!(
+        ttl > LEASE_MS as i64 - 5_000,
+        "the hold lasts a lease from the later request: {ttl} ms"
+    );
+    assert_eq!(
+        value(&mut con),
+        Some((token as u64, "h".into(), "a:1".into())),
+        "the value is kept"
+    );
+    // A waited-for hold stays marked.
+    assert!(acquire(&mut con, "b:1") <= -2);
+    assert_eq!(acquire_for(&mut con, "a:1", LEASE_MS), token);
+    assert_eq!(value(&mut con).expect("held").1, "w");
 }
 
 #[test]
@@ -311,4 +337,125 @@ fn inspect_reads_the_parts_and_changes_nothing() {
         read(&mut con)[..3],
         [token.to_string(), "f".into(), String::new()]
     );
+}
+
+/// A call of the script `name` (all but `renew`) on `KEY`, for the owner
+/// `a:1`: what the server answered, a script error included.
+fn each_script(con: &mut Connection, name: &str) -> redis::RedisResult<redis::Value> {
+    let call = script(name);
+    let mut call = call.key(KEY);
+    match name {
+        "acquire" => call.arg("a:1").arg(LEASE_MS),
+        "release" => call.arg("a:1").arg("client-a").arg(7),
+        "fence" => call.arg("a:1").arg(7),
+        "force_unlock" => call.arg("operator"),
+        "inspect" => &mut call,
+        _ => unreachable!(),
+    }
+    .invoke(con)
+}
+
+/// Whether `answer` is a `LOCKLAYOUT` error that names `KEY`.
+fn is_layout_error(answer: &redis::RedisResult<redis::Value>) -> bool {
+    match answer {
+        Err(error) => error.code() == Some("LOCKLAYOUT") && error.to_string().contains(KEY),
+        Ok(_) => false,
+    }
+}
+
+/// Every script meets `stored` (a value of layout 1's shape that the layout
+/// does not allow) at a lock held by `a:1`: each but `renew` fails with
+/// `LOCKLAYOUT`, `renew` answers "gone" for it, and nothing is changed.
+fn every_script_refuses(con: &mut Connection, stored: &str) {
+    for name in ["acquire", "release", "fence", "force_unlock", "inspect"] {
+        set(con, KEY, stored);
+        let answer = each_script(con, name);
+        assert!(
+            is_layout_error(&answer),
+            "{name}.lua on {stored}: {answer:?}"
+        );
+        let kept: String = redis::cmd("GET").arg(KEY).query(con).expect("GET");
+        assert_eq!(kept, stored, "{name}.lua changed nothing");
+    }
+    set(con, KEY, stored);
+    let _: () = redis::cmd("DEL").arg("lock:mine").query(con).expect("DEL");
+    let mine: i64 = script("acquire")
+        .key("lock:mine")
+        .arg("a:9")
+        .arg(LEASE_MS)
+        .invoke(con)
+        .expect("acquire");
+    assert!(mine > 0);
+    let _: () = redis::cmd("PEXPIRE")
+        .arg(KEY)
+        .arg(5_000)
+        .query(con)
+        .expect("PEXPIRE");
+    let renewed: Vec<i64> = script("renew")
+        .key(KEY)
+        .arg("a:1")
+        .arg(LEASE_MS)
+        .key("lock:mine")
+        .arg("a:9")
+        .arg(LEASE_MS)
+        .invoke(con)
+        .expect("renew.lua answers per lock");
+    assert_eq!(renewed, [0, 1], "renew.lua on {stored}");
+    assert!(pttl(con) <= 5_000, "renew.lua left {stored} as it was");
+}
+
+#[test]
+fn a_state_the_layout_does_not_define_is_no_lock_to_any_script() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    every_script_refuses(&mut con, "L1:5:x:a:1");
+    every_script_refuses(&mut con, "L1:5:H:a:1");
+}
+
+#[test]
+fn fences_that_lua_numbers_cannot_carry_exactly_are_refused() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    // 2^53 + 1, the first integer a Lua number cannot hold, and 2^63, past
+    // a signed 64-bit integer.
+    for fence in ["9007199254740993", "9223372036854775808"] {
+        set(&mut con, KEY, &format!("L1:{fence}:f:"));
+        let answer = each_script(&mut con, "acquire");
+        assert!(
+            is_layout_error(&answer),
+            "acquire.lua on {fence}: {answer:?}"
+        );
+        every_script_refuses(&mut con, &format!("L1:{fence}:h:a:1"));
+    }
+    // 2^53 - 1 is carried exactly; it is the last token there can be.
+    let last = "9007199254740991";
+    set(&mut con, KEY, "L1:9007199254740990:f:");
+    assert_eq!(acquire(&mut con, "a:1").to_string(), last);
+    let parts: Vec<String> = script("inspect")
+        .key(KEY)
+        .invoke(&mut con)
+        .expect("inspect.lua");
+    assert_eq!(parts[..3], [last.to_owned(), "h".into(), "a:1".into()]);
+    assert_eq!(release(&mut con, "a:1", 1), 1);
+    let answer = each_script(&mut con, "acquire");
+    assert!(
+        is_layout_error(&answer),
+        "no token after {last}: {answer:?}"
+    );
+}
+
+#[test]
+fn the_fence_script_refuses_a_token_that_lua_numbers_cannot_carry() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    let token = acquire(&mut con, "a:1");
+    for raised in ["9007199254740993", "9223372036854775808", "12x"] {
+        let answer: redis::RedisResult<i64> = script("fence")
+            .key(KEY)
+            .arg("a:1")
+            .arg(raised)
+            .invoke(&mut con);
+        assert!(answer.is_err(), "fence.lua with {raised}: {answer:?}");
+        assert_eq!(value(&mut con).expect("held").0, token as u64, "unchanged");
+    }
 }

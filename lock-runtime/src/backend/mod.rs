@@ -128,7 +128,8 @@ pub(crate) enum Release {
 pub(crate) enum Renewal {
     /// Its lease was reset.
     Renewed,
-    /// It is gone or held by another owner (on Redlock: a quorum said so).
+    /// It is gone, held by another owner, or replaced by a value that is
+    /// not a lock of this layout (on Redlock: a quorum said so).
     Gone,
     /// Not known (nodes did not answer in time): try again.
     Unknown,

@@ -8,7 +8,8 @@
 -- another node, or be about to): waiters in every process wake at once.
 -- Returns the fencing token of the hold it freed (> 0), or 0 when the lock
 -- was free or absent: nothing changed.
--- Errors with LOCKLAYOUT when the key holds anything else.
+-- Errors with LOCKLAYOUT when the key holds anything else (another state,
+-- a fence above 2^53 - 1: see acquire.lua).
 local key = KEYS[1]
 local value = redis.pcall('get', key)
 if not value then
@@ -16,10 +17,13 @@ if not value then
 end
 local fence, state
 if type(value) == 'string' then
-  fence, state = string.match(value, '^L1:(%d+):(%a):')
+  fence, state = string.match(value, '^L1:(%d+):([hwf]):')
 end
 if not fence then
   return redis.error_reply('LOCKLAYOUT ' .. key .. ' holds no lock of layout 1 (an older lock-runtime, another library, or not a lock)')
+end
+if tonumber(fence) > 9007199254740991 then
+  return redis.error_reply('LOCKLAYOUT ' .. key .. ' holds the fence ' .. fence .. ', above 2^53 - 1: Lua numbers do not carry it exactly')
 end
 if state == 'f' then
   return 0

@@ -10,7 +10,8 @@
 -- publish refused (NOPERM: no rights on the channel) is ignored.
 -- Returns 1 when the lock was freed,
 -- -1 when ARGV[1] did not hold it (it expired or was taken): nothing changed.
--- Errors with LOCKLAYOUT when the key holds anything else.
+-- Errors with LOCKLAYOUT when the key holds anything else (another state,
+-- a fence above 2^53 - 1: see acquire.lua).
 local key = KEYS[1]
 local value = redis.pcall('get', key)
 if not value then
@@ -18,10 +19,13 @@ if not value then
 end
 local fence, state, holder
 if type(value) == 'string' then
-  fence, state, holder = string.match(value, '^L1:(%d+):(%a):(.*)$')
+  fence, state, holder = string.match(value, '^L1:(%d+):([hwf]):(.*)$')
 end
 if not fence then
   return redis.error_reply('LOCKLAYOUT ' .. key .. ' holds no lock of layout 1 (an older lock-runtime, another library, or not a lock)')
+end
+if tonumber(fence) > 9007199254740991 then
+  return redis.error_reply('LOCKLAYOUT ' .. key .. ' holds the fence ' .. fence .. ', above 2^53 - 1: Lua numbers do not carry it exactly')
 end
 if state == 'f' or holder ~= ARGV[1] then
   return -1

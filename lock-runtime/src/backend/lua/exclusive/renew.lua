@@ -4,14 +4,16 @@
 -- ARGV[2i]     the lease of KEYS[i] in milliseconds
 -- Returns an array: 1 where the owner still held the lock and its lease was
 -- reset, 0 where the lock is gone, free, held by another owner, or holds
--- something else (a wrong type fails only its own lock, not the batch).
+-- something else: a wrong type, or a string that acquire.lua refuses with
+-- LOCKLAYOUT (another state, a fence above 2^53 - 1). The owner holds no
+-- lock of layout 1 there, and only that lock is reported, not the batch.
 local renewed = {}
 for i, key in ipairs(KEYS) do
   renewed[i] = 0
   local value = redis.pcall('get', key)
   if type(value) == 'string' then
-    local holder = string.match(value, '^L1:%d+:[hw]:(.*)$')
-    if holder == ARGV[2 * i - 1] then
+    local fence, state, holder = string.match(value, '^L1:(%d+):([hwf]):(.*)$')
+    if fence and tonumber(fence) <= 9007199254740991 and state ~= 'f' and holder == ARGV[2 * i - 1] then
       redis.call('pexpire', key, ARGV[2 * i])
       renewed[i] = 1
     end

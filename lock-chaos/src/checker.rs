@@ -20,10 +20,18 @@
 //!    on the key that ended without a body and not cleanly (cancelled,
 //!    backend error...: its grant may be held unseen); and fault windows
 //!    plus the longest lease and a connect timeout after each.
+//! 5. Siblings on a held key: two calls joined with `tokio::join!` in a
+//!    body, on the key that body holds (through the same client), are never
+//!    inside their bodies at once: their body intervals under the same
+//!    outer call do not overlap.
+//! 6. No body after its hold: a re-entered body never runs after the hold
+//!    it re-entered has ended, that is after the call that took the hold
+//!    returned or was dropped (`resume_slack` later at most). Running is
+//!    its first statement, its last (if reached) and each recorded resume.
 
 use std::collections::HashMap;
 
-use crate::history::{Body, Call, Fault, History};
+use crate::history::{Body, Call, Fault, History, Nesting};
 
 /// The checker's limits (ns).
 #[derive(Debug, Clone, Copy)]
@@ -38,6 +46,10 @@ pub struct Limits {
     pub call_slack: u64,
     /// Longest unexplained stretch of rule 4.
     pub gap_slack: u64,
+    /// How long after its hold's end rule 6 still accepts a moment of a
+    /// body: a poll that began before the end can record its moment later
+    /// on loaded cores.
+    pub resume_slack: u64,
 }
 
 impl Default for Limits {
@@ -48,6 +60,7 @@ impl Default for Limits {
             lease_max: 1_000_000_000,
             call_slack: 1_000_000_000,
             gap_slack: 200_000_000,
+            resume_slack: 5_000_000,
         }
     }
 }
@@ -55,7 +68,7 @@ impl Default for Limits {
 /// One broken rule.
 #[derive(Debug, Clone)]
 pub struct Violation {
-    /// 1 to 4.
+    /// 1 to 6.
     pub rule: u8,
     /// The key.
     pub key: String,
@@ -73,6 +86,8 @@ pub struct Index<'a> {
     /// The history.
     pub history: &'a History,
     calls: HashMap<(u32, u64), &'a Call>,
+    bodies: HashMap<(u32, u64), &'a Body>,
+    nestings: HashMap<(u32, u64), &'a Nesting>,
 }
 
 impl<'a> Index<'a> {
@@ -83,12 +98,38 @@ impl<'a> Index<'a> {
             .iter()
             .map(|c| ((c.proc, c.call), c))
             .collect();
-        Index { history, calls }
+        let bodies = history
+            .bodies
+            .iter()
+            .map(|b| ((b.proc, b.call), b))
+            .collect();
+        let nestings = history
+            .nestings
+            .iter()
+            .map(|n| ((n.proc, n.call), n))
+            .collect();
+        Index {
+            history,
+            calls,
+            bodies,
+            nestings,
+        }
     }
 
     /// The call `call` of process `proc`.
     pub fn call(&self, proc: u32, call: u64) -> Option<&'a Call> {
         self.calls.get(&(proc, call)).copied()
+    }
+
+    /// The body of call `call` of process `proc`.
+    pub fn body(&self, proc: u32, call: u64) -> Option<&'a Body> {
+        self.bodies.get(&(proc, call)).copied()
+    }
+
+    /// How call `call` of process `proc` was made, if it is a sibling on a
+    /// held key or a detached call.
+    pub fn nesting(&self, proc: u32, call: u64) -> Option<&'a Nesting> {
+        self.nestings.get(&(proc, call)).copied()
     }
 
     /// Whether the body's call, or its acquisition's, was told `Lost` (or
@@ -292,6 +333,8 @@ pub fn check(history: &History, limits: &Limits) -> Vec<Violation> {
     out.extend(fencing(&ix));
     out.extend(bounded_calls(&ix, limits));
     out.extend(crate::availability::availability(&ix, limits));
+    out.extend(crate::reentry::siblings(&ix));
+    out.extend(crate::reentry::after_hold(&ix, limits));
     out.sort_by_key(|v| (v.at, v.rule));
     out
 }

@@ -2,7 +2,7 @@
 //! exemption), and one failing history per rule.
 
 use crate::checker::{check, Limits, Violation};
-use crate::history::{Body, Call, Fault, History, Outcome};
+use crate::history::{Body, Call, Fault, History, NestKind, Nesting, Outcome, Resume};
 
 const MS: u64 = 1_000_000;
 
@@ -182,4 +182,178 @@ fn lease_after_a_cut_call_without_body_explains_a_timeout() {
         .push(call(1, 10, 10, "x", 100_060, 100_500, Outcome::Timeout));
     let v = check(&h, &Limits::default());
     assert!(v.is_empty(), "{v:#?}");
+}
+
+/// A declared re-entry `id` of acquisition `acq` made in the body of
+/// `parent` as a `kind`: its nesting and its call (no body).
+#[allow(clippy::too_many_arguments)]
+fn nested(
+    h: &mut History,
+    proc: u32,
+    (id, acq, parent): (u64, u64, u64),
+    kind: NestKind,
+    key: &str,
+    start: u64,
+    end: u64,
+    outcome: Outcome,
+) {
+    h.nestings.push(Nesting {
+        proc,
+        task: 0,
+        call: id,
+        acq,
+        parent,
+        kind,
+    });
+    h.calls.push(call(proc, id, acq, key, start, end, outcome));
+}
+
+fn resume(proc: u32, call: u64, acq: u64, at: u64, token: u64) -> Resume {
+    Resume {
+        proc,
+        task: 0,
+        call,
+        acq,
+        at: at * MS,
+        token,
+    }
+}
+
+/// Process 0's call 10 holds `x` from 10 to 100 ms (call end 101) with
+/// token 5, and joins siblings 11 and 12 on `x` in its body; sibling 11 has
+/// a re-entry (13) nested in it.
+fn held_siblings(second: (u64, u64)) -> History {
+    let mut h = good();
+    section(&mut h, 0, 10, "x", 10, 100, 5, Outcome::Ok);
+    let (s, e) = second;
+    nested(
+        &mut h,
+        0,
+        (11, 10, 10),
+        NestKind::Sibling,
+        "x",
+        20,
+        41,
+        Outcome::Ok,
+    );
+    h.bodies.push(body(0, 11, 10, "x", 20, 40, 5));
+    h.bodies.push(body(0, 13, 10, "x", 25, 30, 5));
+    h.calls.push(call(0, 13, 10, "x", 25, 31, Outcome::Ok));
+    nested(
+        &mut h,
+        0,
+        (12, 10, 10),
+        NestKind::Sibling,
+        "x",
+        20,
+        e + 1,
+        Outcome::Ok,
+    );
+    h.bodies.push(body(0, 12, 10, "x", s, e, 5));
+    h
+}
+
+#[test]
+fn held_siblings_in_turn_pass() {
+    // The second sibling enters as the first leaves; a third, joined in
+    // another body, timed out waiting for its turn.
+    let mut h = held_siblings((40, 60));
+    section(&mut h, 0, 20, "x", 200, 300, 6, Outcome::Ok);
+    nested(
+        &mut h,
+        0,
+        (21, 20, 20),
+        NestKind::Sibling,
+        "x",
+        210,
+        250,
+        Outcome::Ok,
+    );
+    h.bodies.push(body(0, 21, 20, "x", 210, 250, 6));
+    nested(
+        &mut h,
+        0,
+        (22, 20, 20),
+        NestKind::Sibling,
+        "x",
+        210,
+        240,
+        Outcome::Timeout,
+    );
+    let v = check(&h, &Limits::default());
+    assert!(v.is_empty(), "{v:#?}");
+}
+
+#[test]
+fn held_siblings_at_once_fail_rule_5() {
+    let h = held_siblings((39, 60));
+    let v = check(&h, &Limits::default());
+    assert_eq!(rules(&v), vec![5], "{v:#?}");
+    assert!(v[0].message.contains("calls 11 and 12"), "{}", v[0].message);
+}
+
+/// Process 0's call 10 holds `x` from 10 to 100 ms (call end 101) with
+/// token 5; its detached call 11 entered at 20 and resumed at each of
+/// `resumes`, its call ending `outcome` at `end`. Process 0's call 12 had
+/// its detached call 13 end inside.
+fn detached(resumes: &[u64], end: u64, outcome: Outcome) -> History {
+    let mut h = good();
+    section(&mut h, 0, 10, "x", 10, 100, 5, Outcome::Ok);
+    nested(
+        &mut h,
+        0,
+        (11, 10, 10),
+        NestKind::Detached,
+        "x",
+        20,
+        end,
+        outcome,
+    );
+    let mut b = body(0, 11, 10, "x", 20, end, 5);
+    b.done = outcome.is_clean();
+    h.bodies.push(b);
+    h.resumes
+        .extend(resumes.iter().map(|&at| resume(0, 11, 10, at, 5)));
+    section(&mut h, 0, 12, "x", 200, 300, 8, Outcome::Ok);
+    nested(
+        &mut h,
+        0,
+        (13, 12, 12),
+        NestKind::Detached,
+        "x",
+        210,
+        215,
+        Outcome::Ok,
+    );
+    h.bodies.push(body(0, 13, 12, "x", 210, 214, 8));
+    h.resumes.push(resume(0, 13, 12, 212, 8));
+    h
+}
+
+#[test]
+fn detached_call_stopped_at_its_hold_s_end_passes() {
+    // Resumed until the hold ended; the next poll, at 115 ms, stopped it
+    // with Lost (its body dropped), after another process took the key.
+    let mut h = detached(&[40, 60, 80, 100, 101], 115, Outcome::LostTaken);
+    section(&mut h, 1, 10, "x", 105, 150, 7, Outcome::Ok);
+    let v = check(&h, &Limits::default());
+    assert!(v.is_empty(), "{v:#?}");
+}
+
+#[test]
+fn detached_body_running_after_its_hold_fails_rule_6() {
+    let h = detached(&[40, 80, 120, 160], 170, Outcome::Ok);
+    let v = check(&h, &Limits::default());
+    assert_eq!(rules(&v), vec![6], "{v:#?}");
+    // The two late resumes and the last statement.
+    assert!(v[0].message.contains("ran 3 times"), "{}", v[0].message);
+    assert_eq!(v[0].at, 120 * MS);
+}
+
+#[test]
+fn detached_body_next_to_the_next_holder_fails_rules_1_and_6() {
+    let mut h = detached(&[40, 80, 120, 160], 170, Outcome::Ok);
+    section(&mut h, 1, 10, "x", 105, 150, 7, Outcome::Ok);
+    let v = check(&h, &Limits::default());
+    assert_eq!(rules(&v), vec![1, 6], "{v:#?}");
 }

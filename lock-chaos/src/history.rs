@@ -8,6 +8,14 @@
 //!   panicked, or stopped on a loss).
 //! - `C proc task call acq key client start end wait lease outcome`: how a
 //!   call ended (times in ns on `CLOCK_MONOTONIC`, wait and lease in ns).
+//! - `N proc task call acq parent kind`: how a declared re-entry was made
+//!   in the body of call `parent` (which runs under acquisition `acq`):
+//!   `sibling` (one of two calls joined with `tokio::join!` on the key the
+//!   body holds) or `detached` (polled briefly, then spawned at the end of
+//!   the body so that it may outlive the outer call).
+//! - `R proc task call acq at token`: the body of `call` ran at `at` (a
+//!   resume after a sleep), and `fencing_token()` there was `token` (0:
+//!   none).
 //! - `F kind target start end`: a fault window.
 
 use std::fmt;
@@ -166,6 +174,94 @@ pub struct Fault {
     pub end: u64,
 }
 
+/// How a declared re-entry was made in its outer body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NestKind {
+    /// One of two calls joined with `tokio::join!` on the key the outer
+    /// body holds, through the same client.
+    Sibling,
+    /// Polled briefly in the outer body, then spawned when the outer body
+    /// returns, so that it may outlive the outer call.
+    Detached,
+}
+
+impl NestKind {
+    /// The word in the history.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NestKind::Sibling => "sibling",
+            NestKind::Detached => "detached",
+        }
+    }
+
+    /// The kind for a word of the history.
+    pub fn parse(s: &str) -> Option<NestKind> {
+        [NestKind::Sibling, NestKind::Detached]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+    }
+}
+
+/// Where a declared re-entry was made: in the body of call `parent`, under
+/// acquisition `acq`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nesting {
+    /// Worker index.
+    pub proc: u32,
+    /// Task index within the worker.
+    pub task: u32,
+    /// The re-entering call.
+    pub call: u64,
+    /// The acquisition it re-enters.
+    pub acq: u64,
+    /// The call whose body made it.
+    pub parent: u64,
+    /// How it was made.
+    pub kind: NestKind,
+}
+
+/// A moment a body was seen running: a resume after one of its sleeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resume {
+    /// Worker index.
+    pub proc: u32,
+    /// Task index within the worker.
+    pub task: u32,
+    /// The call whose body ran.
+    pub call: u64,
+    /// The acquisition that body runs under.
+    pub acq: u64,
+    /// When (ns).
+    pub at: u64,
+    /// `fencing_token()` at that moment (0: none).
+    pub token: u64,
+}
+
+impl Nesting {
+    /// The history line (with a newline).
+    pub fn line(&self) -> String {
+        format!(
+            "N\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            self.proc,
+            self.task,
+            self.call,
+            self.acq,
+            self.parent,
+            self.kind.as_str()
+        )
+    }
+}
+
+impl Resume {
+    /// The history line (with a newline).
+    pub fn line(&self) -> String {
+        format!(
+            "R\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            self.proc, self.task, self.call, self.acq, self.at, self.token
+        )
+    }
+}
+
 impl Body {
     /// The history line (with a newline).
     pub fn line(&self) -> String {
@@ -230,17 +326,24 @@ pub struct History {
     pub calls: Vec<Call>,
     /// All fault windows.
     pub faults: Vec<Fault>,
+    /// How the siblings and detached calls were made.
+    pub nestings: Vec<Nesting>,
+    /// The resumes recorded in bodies.
+    pub resumes: Vec<Resume>,
     /// Lines that did not parse (a worker killed mid-line).
     pub bad_lines: usize,
 }
 
 impl History {
-    /// Every record as history lines (bodies, calls, then faults).
+    /// Every record as history lines (bodies, calls, nestings, resumes,
+    /// then faults).
     pub fn to_text(&self) -> String {
         let bodies = self.bodies.iter().map(Body::line);
         let calls = self.calls.iter().map(Call::line);
         bodies
             .chain(calls)
+            .chain(self.nestings.iter().map(Nesting::line))
+            .chain(self.resumes.iter().map(Resume::line))
             .chain(self.faults.iter().map(Fault::line))
             .collect()
     }
@@ -292,6 +395,22 @@ impl History {
                 lease: n(10)?,
                 outcome: Outcome::parse(f[11])?,
             }),
+            ("N", 7) => self.nestings.push(Nesting {
+                proc: n(1)? as u32,
+                task: n(2)? as u32,
+                call: n(3)?,
+                acq: n(4)?,
+                parent: n(5)?,
+                kind: NestKind::parse(f[6])?,
+            }),
+            ("R", 7) => self.resumes.push(Resume {
+                proc: n(1)? as u32,
+                task: n(2)? as u32,
+                call: n(3)?,
+                acq: n(4)?,
+                at: n(5)?,
+                token: n(6)?,
+            }),
             ("F", 5) => self.faults.push(Fault {
                 kind: f[1].to_owned(),
                 target: f[2].to_owned(),
@@ -341,11 +460,31 @@ mod tests {
             start: 1,
             end: 2,
         };
+        let n = Nesting {
+            proc: 1,
+            task: 2,
+            call: 4,
+            acq: 3,
+            parent: 3,
+            kind: NestKind::Detached,
+        };
+        let r = Resume {
+            proc: 1,
+            task: 2,
+            call: 4,
+            acq: 3,
+            at: 30,
+            token: 99,
+        };
         let mut h = History::default();
-        h.parse_into(&format!("{}{}{}B\t1\n", b.line(), c.line(), f.line()));
+        let text = [b.line(), c.line(), n.line(), r.line(), f.line()].concat();
+        h.parse_into(&format!("{text}B\t1\nN\t1\t2\t4\t3\t3\tcousin\n"));
         assert_eq!(h.bodies, vec![b]);
         assert_eq!(h.calls, vec![c]);
+        assert_eq!(h.nestings, vec![n]);
+        assert_eq!(h.resumes, vec![r]);
         assert_eq!(h.faults, vec![f]);
-        assert_eq!(h.bad_lines, 1);
+        assert_eq!(h.bad_lines, 2);
+        assert_eq!(h.to_text(), text);
     }
 }

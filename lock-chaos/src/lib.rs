@@ -16,6 +16,7 @@ pub mod history;
 pub mod plan;
 pub mod proxy;
 pub mod record;
+pub mod reentry;
 pub mod report;
 pub mod rng;
 pub mod servers;

@@ -1,5 +1,6 @@
 //! What a worker task does next: a seeded plan of one locked call, with
-//! what its body does (sleep, nested calls, siblings, error, panic).
+//! what its body does (sleep, nested calls, siblings, detached calls,
+//! error, panic).
 
 use crate::rng::Rng;
 
@@ -28,7 +29,30 @@ pub enum Inner {
     /// Two sibling calls joined (`tokio::join!`) on keys the body does not
     /// hold (possibly the same key twice): separate acquisitions.
     Siblings(Box<Step>, Box<Step>),
+    /// Two sibling calls joined (`tokio::join!`) on the key the body holds,
+    /// through the same client: declared re-entries, each sometimes with a
+    /// re-entry of its own nested in it.
+    HeldSiblings(Box<Step>, Box<Step>),
+    /// A nested call on the key the body holds, through the same client (a
+    /// declared re-entry): polled for [`DETACH_POLL_MS`], then spawned when
+    /// the body returns, so that it may outlive the outer call. Its body
+    /// ticks ([`Inner::Ticks`]).
+    Detached(Box<Step>),
+    /// Sleeps of `tick_ms`, `ticks` times, recording each resume: the body
+    /// of a detached call. The step's `sleep_ms` is 0.
+    Ticks {
+        /// How many sleeps.
+        ticks: u64,
+        /// Each sleep (ms).
+        tick_ms: u64,
+    },
 }
+
+/// How long a body polls its detached call before it goes on (ms).
+pub const DETACH_POLL_MS: u64 = 10;
+
+/// The most ticks of a detached call's body.
+pub const MAX_TICKS: u64 = 200;
 
 /// One locked call.
 #[derive(Debug, Clone)]
@@ -107,6 +131,34 @@ pub fn step(rng: &mut Rng, key: Option<u64>, client: Option<u8>) -> Step {
     }
 }
 
+/// A sibling on the key `outer` holds, through its client; sometimes with a
+/// re-entry nested in it.
+fn held_sibling(rng: &mut Rng, outer: &Step) -> Step {
+    let mut sibling = step(rng, Some(outer.key), Some(outer.client));
+    if rng.chance(30) {
+        let nested = step(rng, Some(outer.key), Some(outer.client));
+        sibling.inner = Inner::Reenter(Box::new(nested));
+    }
+    sibling
+}
+
+/// A detached call on the key `outer` holds, through its client. A quarter
+/// end within the outer body's first poll of them; the rest tick on for 50
+/// to 400 ms more than the whole outer body sleeps.
+fn detached(rng: &mut Rng, outer: &Step) -> Step {
+    let mut call = step(rng, Some(outer.key), Some(outer.client));
+    let (ticks, tick_ms) = if rng.chance(25) {
+        (rng.range(1, 3), rng.range(1, 2))
+    } else {
+        let total = outer.sleep_ms + rng.range(50, 400);
+        let tick_ms = rng.range(5, 20).max(total.div_ceil(MAX_TICKS));
+        (total.div_ceil(tick_ms), tick_ms)
+    };
+    call.sleep_ms = 0;
+    call.inner = Inner::Ticks { ticks, tick_ms };
+    call
+}
+
 /// A random top-level operation. Siblings sometimes lock one key twice,
 /// unless `distinct_siblings`.
 pub fn op(rng: &mut Rng, distinct_siblings: bool) -> Op {
@@ -131,6 +183,12 @@ pub fn op(rng: &mut Rng, distinct_siblings: bool) -> Op {
             Box::new(step(rng, Some(a), Some(top.client))),
             Box::new(step(rng, Some(b), Some(top.client))),
         )
+    } else if roll < 43 {
+        let a = held_sibling(rng, &top);
+        let b = held_sibling(rng, &top);
+        Inner::HeldSiblings(Box::new(a), Box::new(b))
+    } else if roll < 48 {
+        Inner::Detached(Box::new(detached(rng, &top)))
     } else {
         Inner::Nothing
     };
@@ -158,6 +216,43 @@ mod tests {
         };
         assert_eq!(ops(7), ops(7));
         assert_ne!(ops(7), ops(8));
+    }
+
+    #[test]
+    fn held_siblings_and_detached_calls_stay_on_the_held_key() {
+        let mut rng = Rng::new(5);
+        let (mut siblings, mut detached, mut outliving) = (0, 0, 0);
+        for _ in 0..4000 {
+            let op = op(&mut rng, false);
+            let top = &op.step;
+            match &top.inner {
+                Inner::HeldSiblings(a, b) => {
+                    siblings += 1;
+                    for s in [a, b] {
+                        assert_eq!((s.key, s.client), (top.key, top.client));
+                        if let Inner::Reenter(n) = &s.inner {
+                            assert_eq!((n.key, n.client), (top.key, top.client));
+                        }
+                    }
+                }
+                Inner::Detached(d) => {
+                    detached += 1;
+                    assert_eq!((d.key, d.client), (top.key, top.client));
+                    let Inner::Ticks { ticks, tick_ms } = d.inner else {
+                        panic!("a detached body ticks: {d:?}");
+                    };
+                    assert!((1..=MAX_TICKS).contains(&ticks), "{ticks}");
+                    if ticks * tick_ms > top.sleep_ms {
+                        outliving += 1;
+                    } else {
+                        assert!(ticks * tick_ms < DETACH_POLL_MS);
+                    }
+                }
+                _ => {}
+            }
+        }
+        assert!(siblings > 150 && detached > 120, "{siblings} {detached}");
+        assert!(outliving > detached / 2, "{outliving} of {detached}");
     }
 
     #[test]

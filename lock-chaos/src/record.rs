@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::clock::now_ns;
-use crate::history::{Body, Call, Outcome};
+use crate::history::{Body, Call, NestKind, Nesting, Outcome, Resume};
 
 static OUT: OnceLock<Mutex<File>> = OnceLock::new();
 static CALL_IDS: AtomicU64 = AtomicU64::new(1);
@@ -28,6 +28,33 @@ fn emit(line: &str) {
 /// A new call id, unique in this process.
 pub fn next_call_id() -> u64 {
     CALL_IDS.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Records that the call of `ctx` (a declared re-entry) was made in the
+/// body of call `parent` as a `kind`.
+pub fn nesting(ctx: &Ctx, parent: u64, kind: NestKind) {
+    let nesting = Nesting {
+        proc: ctx.proc,
+        task: ctx.task,
+        call: ctx.call,
+        acq: ctx.acq,
+        parent,
+        kind,
+    };
+    emit(&nesting.line());
+}
+
+/// Records that the body of `ctx` runs now, with the fencing token it sees.
+pub fn resume(ctx: &Ctx) {
+    let resume = Resume {
+        proc: ctx.proc,
+        task: ctx.task,
+        call: ctx.call,
+        acq: ctx.acq,
+        at: now_ns(),
+        token: lock_runtime::fencing_token().unwrap_or(0),
+    };
+    emit(&resume.line());
 }
 
 /// Who makes a call: what its body and call lines share.

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use crate::checker::{Index, Violation};
-use crate::history::{History, OUTCOMES};
+use crate::history::{History, NestKind, Outcome, Resume, OUTCOMES};
 use std::collections::HashMap;
 
 /// Milliseconds since `origin`, for reading.
@@ -35,12 +35,13 @@ pub fn context(ix: &Index<'_>, v: &Violation, origin: u64) -> String {
         lines.push((
             b.enter,
             format!(
-                "    body p{}t{} call {} acq {} client {}: enter {} exit {} token {} {} -> {}",
+                "    body p{}t{} call {} acq {} client {}{}: enter {} exit {} token {} {} -> {}",
                 b.proc,
                 b.task,
                 b.call,
                 b.acq,
                 b.client,
+                made(ix, b.proc, b.call),
                 rel(b.enter, origin),
                 rel(b.exit, origin),
                 b.token,
@@ -57,12 +58,13 @@ pub fn context(ix: &Index<'_>, v: &Violation, origin: u64) -> String {
         lines.push((
             c.start,
             format!(
-                "    call p{}t{} call {} acq {} client {}: start {} end {} wait {} ms lease {} ms -> {}",
+                "    call p{}t{} call {} acq {} client {}{}: start {} end {} wait {} ms lease {} ms -> {}",
                 c.proc,
                 c.task,
                 c.call,
                 c.acq,
                 c.client,
+                made(ix, c.proc, c.call),
                 rel(c.start, origin),
                 rel(c.end, origin),
                 c.wait / 1_000_000,
@@ -71,6 +73,7 @@ pub fn context(ix: &Index<'_>, v: &Violation, origin: u64) -> String {
             ),
         ));
     }
+    lines.extend(resumes(ix, &v.key, (from, to), origin));
     for f in h.faults.iter().filter(|f| f.start <= to && f.end >= from) {
         lines.push((
             f.start,
@@ -88,6 +91,53 @@ pub fn context(ix: &Index<'_>, v: &Violation, origin: u64) -> String {
         let _ = writeln!(out, "{line}");
     }
     out
+}
+
+/// How a sibling on a held key or a detached call was made, for its lines.
+fn made(ix: &Index<'_>, proc: u32, call: u64) -> String {
+    ix.nesting(proc, call).map_or(String::new(), |n| {
+        format!(" ({} in call {})", n.kind.as_str(), n.parent)
+    })
+}
+
+/// One line for each body on `key` with resumes within `[from, to]`: how
+/// many, the first and last, and the tokens seen.
+fn resumes(ix: &Index<'_>, key: &str, (from, to): (u64, u64), origin: u64) -> Vec<(u64, String)> {
+    let mut by_call: BTreeMap<(u32, u64), Vec<&Resume>> = BTreeMap::new();
+    for r in ix
+        .history
+        .resumes
+        .iter()
+        .filter(|r| r.at >= from && r.at <= to)
+    {
+        let on_key = ix
+            .call(r.proc, r.acq)
+            .or_else(|| ix.call(r.proc, r.call))
+            .is_some_and(|c| c.key == key);
+        if on_key {
+            by_call.entry((r.proc, r.call)).or_default().push(r);
+        }
+    }
+    let mut lines = Vec::new();
+    for ((proc, call), list) in by_call {
+        let (first, last) = (list[0], list[list.len() - 1]);
+        let mut tokens: Vec<u64> = list.iter().map(|r| r.token).collect();
+        tokens.dedup();
+        let tokens: Vec<String> = tokens.iter().map(u64::to_string).collect();
+        lines.push((
+            first.at,
+            format!(
+                "    resumes p{proc}t{} call {call} acq {}: {} from {} to {} tokens {}",
+                first.task,
+                first.acq,
+                list.len(),
+                rel(first.at, origin),
+                rel(last.at, origin),
+                tokens.join(",")
+            ),
+        ));
+    }
+    lines
 }
 
 /// The fault kind without its parameter (`pause1500ms` -> `pause`).
@@ -115,22 +165,50 @@ pub fn summary(h: &History, duration_s: f64, violations: &[Violation]) -> String
     let _ = writeln!(out, "faults: {}: {}", h.faults.len(), kinds.join(" "));
     let losses = h.calls.iter().filter(|c| c.outcome.is_lost()).count();
     let _ = writeln!(out, "losses: {losses}");
-    let mut rules = [0usize; 5];
+    out.push_str(&nested_summary(h));
+    let mut rules = [0usize; 7];
     for v in violations {
-        rules[usize::from(v.rule).min(4)] += 1;
+        rules[usize::from(v.rule).min(6)] += 1;
     }
     let _ = writeln!(
         out,
-        "violations: {} (mutual exclusion {}, fencing {}, bounded calls {}, availability {})",
+        "violations: {} (mutual exclusion {}, fencing {}, bounded calls {}, availability {}, siblings {}, after hold {})",
         violations.len(),
         rules[1],
         rules[2],
         rules[3],
-        rules[4]
+        rules[4],
+        rules[5],
+        rules[6]
     );
     if h.bad_lines > 0 {
         let _ = writeln!(out, "unparsed lines: {}", h.bad_lines);
     }
+    out
+}
+
+/// The siblings on held keys and the detached calls: how many, and how
+/// their calls ended.
+fn nested_summary(h: &History) -> String {
+    let ix = Index::new(h);
+    let mut out = String::new();
+    let kinds = [
+        (NestKind::Sibling, "siblings on held keys"),
+        (NestKind::Detached, "detached calls"),
+    ];
+    for (kind, label) in kinds {
+        let mut outcomes: BTreeMap<Outcome, usize> = BTreeMap::new();
+        let mut total = 0;
+        for n in h.nestings.iter().filter(|n| n.kind == kind) {
+            total += 1;
+            if let Some(c) = ix.call(n.proc, n.call) {
+                *outcomes.entry(c.outcome).or_default() += 1;
+            }
+        }
+        let outcomes: Vec<String> = outcomes.iter().map(|(o, n)| format!("{o}={n}")).collect();
+        let _ = writeln!(out, "{label}: {total}: {}", outcomes.join(" "));
+    }
+    let _ = writeln!(out, "resumes: {}", h.resumes.len());
     out
 }
 

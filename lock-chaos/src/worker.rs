@@ -3,12 +3,14 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
 
 use lock_runtime::{distributed_lock, LockClient, LockClientBuilder, LockError, LockOptions};
 
-use crate::history::Outcome;
+use crate::history::{NestKind, Outcome};
 use crate::plan::{self, How, Inner, Op, Step};
 use crate::record::{self, BodyGuard, CallGuard, Ctx};
 use crate::rng::Rng;
@@ -88,28 +90,82 @@ async fn annotated(key: u64, step: &Step, ctx: &Ctx) -> Result<(), CallError> {
     body(step, ctx).await
 }
 
-/// The body of every call: records itself, sleeps, makes its nested calls.
+/// The body of every call: records itself, sleeps, makes its nested calls,
+/// and at its end spawns its detached call, if any.
 async fn body(step: &Step, ctx: &Ctx) -> Result<(), CallError> {
     let guard = BodyGuard::enter(ctx);
     let half = Duration::from_millis(step.sleep_ms / 2);
     tokio::time::sleep(half).await;
-    match &step.inner {
-        Inner::Nothing => {}
-        Inner::Reenter(inner) => call(inner, ctx.task, Some(ctx.acq)).await,
-        Inner::Nested(inner) => call(inner, ctx.task, None).await,
-        Inner::Siblings(a, b) => {
-            tokio::join!(call(a, ctx.task, None), call(b, ctx.task, None));
-        }
-    }
+    let detached = inner(step, ctx).await;
     tokio::time::sleep(Duration::from_millis(step.sleep_ms) - half).await;
     if step.panic {
         panic!("lock-chaos: planned panic in a body");
     }
     guard.done();
+    if let Some(rest) = detached {
+        detach(rest);
+    }
     if step.fail {
         Err(CallError::Body)
     } else {
         Ok(())
+    }
+}
+
+/// The body's nested calls; a detached call still running after its first
+/// poll is returned, to be spawned when the body returns.
+async fn inner(step: &Step, ctx: &Ctx) -> Option<Boxed> {
+    let reentry = |kind: Option<NestKind>| Site {
+        task: ctx.task,
+        reentry_of: Some(ctx.acq),
+        top: false,
+        nesting: kind.map(|kind| (ctx.call, kind)),
+    };
+    match &step.inner {
+        Inner::Nothing => {}
+        Inner::Reenter(inner) => call(inner, reentry(None)).await,
+        Inner::Nested(inner) => call(inner, Site::nested(ctx.task)).await,
+        Inner::Siblings(a, b) => {
+            let site = Site::nested(ctx.task);
+            tokio::join!(call(a, site), call(b, site));
+        }
+        Inner::HeldSiblings(a, b) => {
+            let site = reentry(Some(NestKind::Sibling));
+            tokio::join!(call(a, site), call(b, site));
+        }
+        Inner::Detached(inner) => {
+            let mut fut = call(inner, reentry(Some(NestKind::Detached)));
+            let poll = Duration::from_millis(plan::DETACH_POLL_MS);
+            if tokio::time::timeout(poll, &mut fut).await.is_err() {
+                return Some(fut);
+            }
+        }
+        Inner::Ticks { ticks, tick_ms } => {
+            for _ in 0..*ticks {
+                tokio::time::sleep(Duration::from_millis(*tick_ms)).await;
+                record::resume(ctx);
+            }
+        }
+    }
+    None
+}
+
+/// Detached calls still running, awaited before the worker exits so that
+/// their records are written.
+static DETACHED: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
+
+/// Spawns the rest of a detached call.
+fn detach(rest: Boxed) {
+    let mut running = DETACHED.lock().unwrap_or_else(|e| e.into_inner());
+    running.retain(|handle| !handle.is_finished());
+    running.push(tokio::spawn(rest));
+}
+
+/// Awaits the detached calls still running.
+async fn detached_ended() {
+    let handles = std::mem::take(&mut *DETACHED.lock().unwrap_or_else(|e| e.into_inner()));
+    for handle in handles {
+        let _ = handle.await;
     }
 }
 
@@ -132,23 +188,52 @@ fn classify(result: Result<(), CallError>) -> Outcome {
     }
 }
 
-/// One locked call (not top-level when `reentry_of` or nested).
-fn call(step: &Step, task: u32, reentry_of: Option<u64>) -> Boxed {
-    nested_call(step.clone(), task, reentry_of, false)
+/// Where a call is made.
+#[derive(Debug, Clone, Copy)]
+struct Site {
+    /// The task.
+    task: u32,
+    /// The acquisition it re-enters, for a declared re-entry.
+    reentry_of: Option<u64>,
+    /// Whether the call is top-level.
+    top: bool,
+    /// The call whose body makes it, and how, for a sibling on the held
+    /// key or a detached call.
+    nesting: Option<(u64, NestKind)>,
 }
 
-fn nested_call(step: Step, task: u32, reentry_of: Option<u64>, top: bool) -> Boxed {
+impl Site {
+    /// A separate acquisition, nested in a body of `task`.
+    fn nested(task: u32) -> Site {
+        Site {
+            task,
+            reentry_of: None,
+            top: false,
+            nesting: None,
+        }
+    }
+}
+
+/// One locked call, made at `site`.
+fn call(step: &Step, site: Site) -> Boxed {
+    site_call(step.clone(), site)
+}
+
+fn site_call(step: Step, site: Site) -> Boxed {
     Box::pin(async move {
         let id = record::next_call_id();
         let ctx = Ctx {
             proc: PROC.get().copied().unwrap_or(0),
-            task,
+            task: site.task,
             call: id,
-            acq: reentry_of.unwrap_or(id),
+            acq: site.reentry_of.unwrap_or(id),
             key: format!("k{}", step.key),
             client: step.client,
-            top,
+            top: site.top,
         };
+        if let Some((parent, kind)) = site.nesting {
+            record::nesting(&ctx, parent, kind);
+        }
         let guard = CallGuard::start(&ctx, step.wait_ms, step.lease_ms);
         let options = LockOptions::new()
             .lease(Duration::from_millis(step.lease_ms))
@@ -177,7 +262,11 @@ static PROC: OnceLock<u32> = OnceLock::new();
 async fn run_op(op: Op, task: u32) {
     let timeout = op.timeout_ms.map(Duration::from_millis);
     let fut = async move {
-        let call = nested_call(op.step, task, None, true);
+        let site = Site {
+            top: true,
+            ..Site::nested(task)
+        };
+        let call = site_call(op.step, site);
         match timeout {
             Some(limit) => {
                 let _ = tokio::time::timeout(limit, call).await;
@@ -237,6 +326,7 @@ pub async fn run(args: WorkerArgs) -> Result<(), String> {
         for handle in handles {
             let _ = handle.await;
         }
+        detached_ended().await;
     };
     if tokio::time::timeout(Duration::from_millis(args.run_ms + 20_000), all)
         .await

@@ -159,7 +159,8 @@ pub(crate) struct HeldLock {
     validity: AtomicU64,
     /// The waker of the call that took the lock, woken when the lock is
     /// found lost. One slot is enough: a re-entered call runs inside the
-    /// body of the call that took the lock, which stops it on loss.
+    /// body of the call that took the lock, which stops it on loss; one
+    /// moved out of that body checks its frame at its next poll.
     lost: AtomicWaker,
     /// When the watchdog should renew next, in ms after `epoch`.
     next_renew_ms: AtomicU64,

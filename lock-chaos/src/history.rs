@@ -31,6 +31,10 @@ pub enum Outcome {
     LostExpired,
     /// `LockError::Lost { reason: Taken }`.
     LostTaken,
+    /// `LockError::Lost { reason: Detached }`: a re-entered call that
+    /// outlived the hold it ran under, stopped. Not a loss of the lock: it
+    /// excuses no overlap.
+    LostDetached,
     /// `LockError::Timeout`.
     Timeout,
     /// `LockError::Backend`.
@@ -48,11 +52,12 @@ pub enum Outcome {
 }
 
 /// Every outcome, in the order of the summary.
-pub const OUTCOMES: [Outcome; 11] = [
+pub const OUTCOMES: [Outcome; 12] = [
     Outcome::Ok,
     Outcome::BodyErr,
     Outcome::LostExpired,
     Outcome::LostTaken,
+    Outcome::LostDetached,
     Outcome::Timeout,
     Outcome::Backend,
     Outcome::NoQuorum,
@@ -70,6 +75,7 @@ impl Outcome {
             Outcome::BodyErr => "body_err",
             Outcome::LostExpired => "lost_expired",
             Outcome::LostTaken => "lost_taken",
+            Outcome::LostDetached => "lost_detached",
             Outcome::Timeout => "timeout",
             Outcome::Backend => "backend",
             Outcome::NoQuorum => "no_quorum",

@@ -176,6 +176,7 @@ fn classify(result: Result<(), CallError>) -> Outcome {
         Err(CallError::Lock(e)) => match e {
             LockError::Lost { reason, .. } => match reason {
                 lock_runtime::LossReason::Expired => Outcome::LostExpired,
+                lock_runtime::LossReason::Detached => Outcome::LostDetached,
                 // Taken, or a release that could not confirm the hold
                 // (`Unconfirmed`): a loss all the same.
                 _ => Outcome::LostTaken,

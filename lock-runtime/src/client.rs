@@ -10,6 +10,7 @@ use crate::backend::memory::MemoryBackend;
 use crate::backend::redis::RedisConfig;
 use crate::backend::sentinel::MasterAuth;
 use crate::backend::{Backend, BackendError};
+use crate::clock::Clock;
 use crate::connect::{self, Connecting, Target};
 use crate::error::LockError;
 use crate::io::Io;
@@ -514,7 +515,7 @@ impl LockClientBuilder {
         let io = self
             .io()
             .expect("lock-runtime: cannot start the client's background thread");
-        let backend = Backend::Memory(MemoryBackend::default());
+        let backend = Backend::Memory(MemoryBackend::new(Clock::of(io.handle().clone())));
         let id = new_client_id();
         let ids = (id.clone(), id.as_ref().into());
         let record = Arc::new(ClientRecord::new(
@@ -561,6 +562,36 @@ impl LockClientBuilder {
             io,
         });
         LockClient { inner }
+    }
+}
+
+/// The client a locked call runs on: borrowed (the caller's, or the global
+/// one), or owned (a scoped one, see [`crate::with_client`]).
+pub(crate) enum ClientRef<'a> {
+    Borrowed(&'a LockClient),
+    Owned(LockClient),
+}
+
+impl<'a> ClientRef<'a> {
+    /// The same client for a step of the call that is boxed apart from it:
+    /// the same borrow, or a clone of the owned client (one reference
+    /// count).
+    pub(crate) fn lend(&self) -> ClientRef<'a> {
+        match self {
+            ClientRef::Borrowed(client) => ClientRef::Borrowed(client),
+            ClientRef::Owned(client) => ClientRef::Owned(client.clone()),
+        }
+    }
+}
+
+impl std::ops::Deref for ClientRef<'_> {
+    type Target = LockClient;
+
+    fn deref(&self) -> &LockClient {
+        match self {
+            ClientRef::Borrowed(client) => client,
+            ClientRef::Owned(client) => client,
+        }
     }
 }
 
@@ -673,7 +704,7 @@ impl LockClient {
         // Not an `async fn`: the key is rendered now, and the body's future
         // is not held a second time by an extra layer.
         let key = self.full_key(format_args!("{key}"));
-        crate::locking::run(self, key, options, body)
+        crate::locking::run(ClientRef::Borrowed(self), key, options, body)
     }
 
     /// How many locks this client's watchdog is renewing now.

@@ -61,6 +61,11 @@ impl Io {
         })
     }
 
+    /// The background runtime.
+    pub(crate) fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
     /// Ends the tasks spawned with `spawn_until_closed` (the client was shut
     /// down).
     pub(crate) fn close(&self) {

@@ -133,6 +133,7 @@
 mod announce;
 mod backend;
 mod client;
+mod clock;
 mod connect;
 mod error;
 mod fencing;
@@ -174,7 +175,7 @@ pub mod __private {
 pub use client::{LockClient, LockClientBuilder};
 pub use error::{HeldBy, LockError, LossReason, NodeFailure};
 pub use fencing::{fencing_token, fencing_token_of};
-pub use global::{client, init};
+pub use global::{client, init, with_client};
 pub use inspect::{ClientInfo, HeldInfo, LockHolder, LockInfo};
 // Documented where it is defined (`lock-macros/src/attribute.md`), so that
 // rustdoc and IDE hover show the same page.
@@ -186,8 +187,9 @@ pub use redis;
 
 use std::future::Future;
 
-/// Runs `body` under the lock `key` on the global client: the form for code
-/// that cannot use the attribute (a closure, a key computed at run time).
+/// Runs `body` under the lock `key` on the global client (or, inside
+/// [`with_client`], the scoped one): the form for code that cannot use the
+/// attribute (a closure, a key computed at run time).
 /// Same ownership, renewal and loss rules as the attribute.
 ///
 /// ```

@@ -6,7 +6,10 @@ use std::future::Future;
 use futures_util::future::Either;
 use std::time::Duration;
 
-use crate::{LockClient, LockError, LockOptions};
+use crate::client::{ClientRef, LockClient};
+use crate::error::LockError;
+use crate::global;
+use crate::options::LockOptions;
 
 /// Options from the attribute's literals; `None` means the client default.
 pub const fn options(lease_ms: Option<u64>, wait_ms: Option<u64>, renew: bool) -> LockOptions {
@@ -20,16 +23,20 @@ pub const fn options(lease_ms: Option<u64>, wait_ms: Option<u64>, renew: bool) -
     options
 }
 
-/// A rendered lock key on the global client, or why there is none.
-pub struct Key(Result<(&'static LockClient, String), LockError>);
+/// A rendered lock key on the client in use (see [`global::in_use`]), or
+/// why there is none.
+pub struct Key(Result<(ClientRef<'static>, String), LockError>);
 
-/// Renders `key` with the global client's prefix, before the body takes the
-/// arguments that the key borrows.
+/// Renders `key` with the prefix of the client in use, before the body
+/// takes the arguments that the key borrows.
 pub fn key(key: fmt::Arguments<'_>) -> Key {
-    Key(crate::client().map(|client| (client, client.full_key(key))))
+    Key(global::in_use().map(|client| {
+        let key = client.full_key(key);
+        (client, key)
+    }))
 }
 
-/// Runs `body` under the lock `key` on the global client.
+/// Runs `body` under the lock `key` on the client in use.
 ///
 /// Not an `async fn`: one layer less around the body's future, which an
 /// `async fn` would hold a second time.
@@ -159,5 +166,5 @@ where
     E: From<LockError> + 'a,
     T: 'a,
 {
-    crate::locking::run(client, key, options, body)
+    crate::locking::run(ClientRef::Borrowed(client), key, options, body)
 }

@@ -3,9 +3,12 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::{Acquire, Release, RenewItem, Renewal};
+use crate::clock::Clock;
 
 struct Entry {
     owner: Box<str>,
@@ -14,14 +17,24 @@ struct Entry {
 }
 
 /// Locks in a map; an entry past its expiry counts as absent. Fencing tokens
-/// come from one counter for all keys, so they increase per key too.
-#[derive(Clone, Default)]
+/// come from one counter for all keys, so they increase per key too. Time
+/// is the client's runtime's (see [`Clock`]).
+#[derive(Clone)]
 pub(crate) struct MemoryBackend {
     locks: Arc<Mutex<HashMap<Box<str>, Entry>>>,
     tokens: Arc<AtomicU64>,
+    clock: Clock,
 }
 
 impl MemoryBackend {
+    pub(crate) fn new(clock: Clock) -> Self {
+        MemoryBackend {
+            locks: Arc::default(),
+            tokens: Arc::default(),
+            clock,
+        }
+    }
+
     fn with<R>(&self, f: impl FnOnce(&mut HashMap<Box<str>, Entry>) -> R) -> R {
         f(&mut self.locks.lock().unwrap_or_else(PoisonError::into_inner))
     }
@@ -29,7 +42,7 @@ impl MemoryBackend {
     /// Takes `key` for the acquisition `owner`; the same acquisition asking
     /// again gets its token back.
     pub(crate) fn acquire(&self, key: &str, owner: &str, lease: Duration) -> Acquire {
-        let now = Instant::now();
+        let now = self.clock.now();
         self.with(|locks| match locks.get(key) {
             Some(e) if e.expires > now && &*e.owner != owner => {
                 Acquire::Held(Some(e.expires - now))
@@ -49,7 +62,7 @@ impl MemoryBackend {
     }
 
     pub(crate) fn release(&self, key: &str, owner: &str) -> Release {
-        let now = Instant::now();
+        let now = self.clock.now();
         self.with(|locks| match locks.get(key) {
             Some(e) if e.expires > now && &*e.owner == owner => {
                 locks.remove(key);
@@ -64,7 +77,7 @@ impl MemoryBackend {
     }
 
     pub(crate) fn renew(&self, items: &[RenewItem<'_>]) -> Vec<Renewal> {
-        let now = Instant::now();
+        let now = self.clock.now();
         self.with(|locks| {
             items
                 .iter()
@@ -81,7 +94,7 @@ impl MemoryBackend {
 
     /// The holder of `key` now: its owner id, remaining lease and token.
     pub(crate) fn peek(&self, key: &str) -> Option<(String, Duration, u64)> {
-        let now = Instant::now();
+        let now = self.clock.now();
         self.with(|locks| match locks.get(key) {
             Some(e) if e.expires > now => Some((e.owner.to_string(), e.expires - now, e.token)),
             _ => None,
@@ -90,7 +103,7 @@ impl MemoryBackend {
 
     /// Frees `key` whoever holds it; the freed hold's token, if it was held.
     pub(crate) fn force_free(&self, key: &str) -> Option<u64> {
-        let now = Instant::now();
+        let now = self.clock.now();
         self.with(|locks| match locks.remove(key) {
             Some(e) if e.expires > now => Some(e.token),
             _ => None,

@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tracing::Span;
 
 use crate::backend::Route;
-use crate::client::LockClient;
+use crate::client::{ClientRef, LockClient};
 use crate::error::{HeldBy, LockError, LossReason};
 use crate::held::{Frame, HeldLock, Term};
 use crate::options::LockOptions;
@@ -28,7 +28,7 @@ use release::{release, release_dropped, release_later, Released};
 
 /// Runs `body` under the lock `key` (a full backend key) of `client`.
 pub(crate) fn run<T, E, F>(
-    client: &LockClient,
+    client: ClientRef<'_>,
     key: String,
     options: LockOptions,
     body: F,
@@ -60,7 +60,7 @@ pin_project! {
     /// Dropped while it holds the lock (cancelled, or the body panicked),
     /// it drops the body and releases the lock in the background.
     pub(crate) struct Locked<'a, F, T, E> {
-        client: &'a LockClient,
+        client: ClientRef<'a>,
         phase: Phase<'a, T, E>,
         // The call's `distributed_lock` span: made when the call is first
         // polled, in the caller's task, so that it is a child of the span
@@ -161,7 +161,7 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
-        let client = *this.client;
+        let client = &*this.client;
         if let Phase::Start { key, options } = &*this.phase {
             *this.span = call_span(client, key, options);
         }
@@ -265,8 +265,9 @@ where
                     // connection if it has one.
                     let route = client.inner.backend.route();
                     let owned = held.clone();
+                    let lent = client.lend();
                     *this.phase = Phase::Releasing {
-                        releasing: Box::pin(async move { release(client, &owned, &route).await }),
+                        releasing: Box::pin(async move { release(&lent, &owned, &route).await }),
                         held,
                         result,
                     };
@@ -297,7 +298,7 @@ fn call_span(client: &LockClient, key: &str, options: &LockOptions) -> Option<Bo
 /// The first step of a call, when it is first polled: re-enter a lock held
 /// around it, or start taking the lock.
 fn start<'a, T, E>(
-    client: &'a LockClient,
+    client: &ClientRef<'a>,
     key: String,
     options: LockOptions,
 ) -> Result<Phase<'a, T, E>, LockError> {
@@ -349,16 +350,17 @@ fn start<'a, T, E>(
         wait,
         route,
     };
-    Ok(Phase::Acquiring(Box::pin(acquire::acquire(
-        client, request,
-    ))))
+    let lent = client.lend();
+    Ok(Phase::Acquiring(Box::pin(async move {
+        acquire::acquire(&lent, request).await
+    })))
 }
 
 /// Re-enters the lock `turn_of` holds around the call (made in the chain
 /// `outer`): at once if no other call made side by side has its turn,
 /// otherwise after that call, waiting up to the call's `wait`.
 fn reenter<'a, T, E>(
-    client: &'a LockClient,
+    client: &ClientRef<'a>,
     key: String,
     options: &LockOptions,
     turn_of: Frame,
@@ -373,7 +375,8 @@ fn reenter<'a, T, E>(
         }),
         Take::Busy => {
             let wait = options.wait_or(client.inner.wait).min(LockOptions::LONGEST);
-            let turning = wait_turn(client, key, turn_of, outer, wait);
+            let lent = client.lend();
+            let turning = async move { wait_turn(&lent, key, turn_of, outer, wait).await };
             Ok(Phase::Turning(Box::pin(turning)))
         }
     }

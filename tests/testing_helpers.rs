@@ -1,0 +1,171 @@
+//! What tests of code that uses the attribute need: a client of their own
+//! per test (`with_client`, also for tests run in parallel in one process,
+//! with no `init`), and an embedded client that follows tokio's paused
+//! clock.
+//!
+//! This binary never calls `init`: outside `with_client` the attribute has
+//! no client.
+
+use std::time::Duration;
+
+use lock_runtime::{
+    distributed_lock, with_client, HeldBy, LockClient, LockError, LockOptions, LossReason,
+};
+use tokio::sync::oneshot;
+
+#[distributed_lock(key = "order:<id>")]
+async fn pay(id: u64) -> Result<u64, LockError> {
+    assert!(lock_runtime::fencing_token().is_some(), "inside the lock");
+    Ok(id)
+}
+
+#[distributed_lock(key = "order:<id>")]
+async fn hold(
+    id: u64,
+    held: oneshot::Sender<()>,
+    done: oneshot::Receiver<()>,
+) -> Result<(), LockError> {
+    let _ = (id, held.send(()));
+    let _ = done.await;
+    Ok(())
+}
+
+/// Two tests of this binary run at once, each on a client of its own: the
+/// same key held in one is free in the other.
+async fn a_test_on_its_own_client() {
+    let client = LockClient::in_memory();
+    with_client(client.clone(), async {
+        let (held_tx, held_rx) = oneshot::channel();
+        let (done_tx, done_rx) = oneshot::channel();
+        let holder = tokio::spawn(with_client(client.clone(), hold(1, held_tx, done_rx)));
+        held_rx.await.expect("held");
+        let keys: Vec<String> = client.held().into_iter().map(|h| h.key).collect();
+        assert_eq!(
+            keys,
+            ["lock:order:1"],
+            "the spawned task, scoped too, holds it here"
+        );
+        // Another client of its own: the key is free there.
+        let other = LockClient::in_memory();
+        assert!(with_client(other, pay(1)).await.is_ok());
+        done_tx.send(()).expect("holder waits");
+        holder.await.expect("task").expect("held and released");
+        assert!(pay(1).await.is_ok());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_test_one() {
+    a_test_on_its_own_client().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parallel_test_two() {
+    a_test_on_its_own_client().await;
+}
+
+#[tokio::test]
+async fn outside_the_scope_and_in_unwrapped_spawned_tasks_there_is_no_client() {
+    assert!(matches!(pay(1).await, Err(LockError::NotInitialized)));
+    let client = LockClient::in_memory();
+    let spawned = with_client(client.clone(), async {
+        tokio::spawn(pay(1)).await.expect("task")
+    });
+    assert!(matches!(spawned.await, Err(LockError::NotInitialized)));
+    let inner = LockClient::in_memory();
+    let innermost = with_client(client.clone(), async {
+        with_client(inner.clone(), async {
+            let (held_tx, held_rx) = oneshot::channel();
+            let (done_tx, done_rx) = oneshot::channel();
+            let call = hold(2, held_tx, done_rx);
+            let check = async {
+                held_rx.await.expect("held");
+                let held_here = (inner.held().len(), client.held().len());
+                done_tx.send(()).expect("holder waits");
+                held_here
+            };
+            let (held, held_here) = tokio::join!(call, check);
+            held.expect("held");
+            held_here
+        })
+        .await
+    });
+    assert_eq!(innermost.await, (1, 0), "the innermost scope wins");
+}
+
+/// An embedded client built on the test's runtime, whose time is paused:
+/// tokio advances the clock whenever every task waits, so these leases of
+/// minutes pass at once.
+fn paused_client() -> LockClient {
+    LockClient::builder().on_current_runtime().in_memory()
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_paused_time_a_lease_runs_out_on_the_paused_clock() {
+    let client = paused_client();
+    let real = std::time::Instant::now();
+    let options = LockOptions::new()
+        .lease(Duration::from_secs(60))
+        .renew(false);
+    let outlived = client
+        .run_locked("job", options, async {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            // The embedded backend counts the lease on the paused clock.
+            let info = client.inspect("job").await?;
+            let ttl = info.ttl.expect("held, with a lease");
+            assert!(
+                ttl <= Duration::from_secs(40),
+                "{ttl:?} left after 20 s of 60 s"
+            );
+            tokio::time::sleep(Duration::from_secs(100)).await;
+            Ok::<_, LockError>(())
+        })
+        .await;
+    match outlived {
+        Err(LockError::Lost { reason, .. }) => assert_eq!(reason, LossReason::Expired),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        real.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        real.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_paused_time_renewals_and_waits_follow_the_paused_clock() {
+    let client = paused_client();
+    let real = std::time::Instant::now();
+    let lease = LockOptions::new().lease(Duration::from_secs(30));
+    let (held_tx, held_rx) = oneshot::channel();
+    let holder = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .run_locked("report", lease, async {
+                    held_tx.send(()).expect("test waits");
+                    // Ten leases: renewed every 10 s of paused time.
+                    tokio::time::sleep(Duration::from_secs(300)).await;
+                    Ok::<_, LockError>(())
+                })
+                .await
+        }
+    });
+    held_rx.await.expect("held");
+    // A waiter gives up after its 2 minutes of paused time.
+    let start = tokio::time::Instant::now();
+    let waited = LockOptions::new().wait(Duration::from_secs(120));
+    let waiter = client.run_locked("report", waited, async { Ok::<_, LockError>(()) });
+    match waiter.await {
+        Err(LockError::Timeout { held_by, .. }) => assert_eq!(held_by, HeldBy::ThisClient),
+        other => panic!("{other:?}"),
+    }
+    assert!(start.elapsed() >= Duration::from_secs(120));
+    holder.await.expect("task").expect("renewed for 300 s");
+    assert!(
+        real.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        real.elapsed()
+    );
+}

@@ -179,6 +179,11 @@ mod watchdog;
 #[doc = include_str!("../../lock-macros/src/attribute.md")]
 struct AttributeDocExamples;
 
+/// The README's examples, run as doctests: each is a whole program.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDocExamples;
+
 #[doc(hidden)]
 pub mod __private {
     pub use crate::private::*;

@@ -28,6 +28,10 @@
 //! address to listen on (default `127.0.0.1:3000`; port 0 picks a free
 //! one). The bound address is printed on stdout as `listening on ADDR`; logs
 //! go to stderr, filtered by `RUST_LOG` (default `info`).
+//!
+//! On Ctrl-C or SIGTERM the service stops taking requests, lets the ones
+//! under way finish, and shuts its lock client down, so that no lock stays
+//! held until its lease ends after the process is gone.
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -144,7 +148,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let metrics = PrometheusBuilder::new().install_recorder()?;
     lock_runtime::metrics::describe();
-    lock_runtime::init(LockClient::connect(&url).await?)?;
+    let locks = LockClient::connect(&url).await?;
+    lock_runtime::init(locks.clone())?;
     let redis = redis::Client::open(url.as_str())?
         .get_multiplexed_async_connection()
         .await?;
@@ -157,6 +162,38 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind(&listen).await?;
     println!("listening on {}", listener.local_addr()?);
     tracing::info!(addr = %listener.local_addr()?, "stock service started");
-    axum::serve(listener, app).await?;
+    axum::serve(listener, app)
+        .with_graceful_shutdown(stop_requested())
+        .await?;
+    // No more requests: deductions still running get 10 s to finish and give
+    // their locks back; then the client's watchdog and registry entry stop.
+    locks.shutdown(Duration::from_secs(10)).await;
+    tracing::info!("stock service stopped");
     Ok(())
+}
+
+/// Resolves on Ctrl-C, or on SIGTERM (what `kill` and service managers send).
+async fn stop_requested() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut sigterm) => {
+                sigterm.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = terminate => {}
+    }
+    tracing::info!("stopping: no new requests");
 }

@@ -1,4 +1,4 @@
-//! ACL users: the least-privilege user of the README runs the whole
+//! ACL users: the least-privilege user of the security guide runs the whole
 //! behaviour; a user without channel rights (Redis 7's default
 //! `resetchannels`) still waits within `wait` and releases successfully.
 mod servers;
@@ -12,14 +12,14 @@ use tokio::sync::Notify;
 
 const PASSWORD: &str = "acl-test-pw";
 
-/// The README's `ACL SETUSER` command, split into arguments, with the test's
-/// password: the README is the one place the rules are written.
-fn readme_acl() -> Vec<String> {
-    let readme = include_str!("../README.md");
-    let line = readme
+/// The security guide's `ACL SETUSER` command, split into arguments, with
+/// the test's password: the guide is the one place the rules are written.
+fn guide_acl() -> Vec<String> {
+    let guide = include_str!("../lock-runtime/src/guide/security.md");
+    let line = guide
         .lines()
         .find(|l| l.starts_with("ACL SETUSER locker "))
-        .expect("the README's ACL line");
+        .expect("the security guide's ACL line");
     line.split_whitespace()
         .map(|arg| match arg {
             ">password" => format!(">{PASSWORD}"),
@@ -40,12 +40,12 @@ fn create_user(server: &TcpServer, args: &[String]) -> String {
     server.url("redis", &format!("{}:{PASSWORD}@", args[2]))
 }
 
-/// The README's user: contention with wake-up across two clients, renewal
+/// The guide's user: contention with wake-up across two clients, renewal
 /// (a body three leases long), release, re-entry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_readme_user_runs_everything() {
+async fn the_least_privilege_user_runs_everything() {
     let server = TcpServer::start(&[]);
-    let url = create_user(&server, &readme_acl());
+    let url = create_user(&server, &guide_acl());
     let a = LockClient::connect(&url)
         .await
         .expect("connect as the user");
@@ -77,9 +77,9 @@ async fn the_readme_user_runs_everything() {
         .expect("released at the outermost end");
 }
 
-/// The README's rules without any channel.
+/// The guide's rules without any channel.
 fn without_channels() -> Vec<String> {
-    readme_acl()
+    guide_acl()
         .into_iter()
         .filter(|arg| !arg.starts_with('&'))
         .collect()

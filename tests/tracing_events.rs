@@ -1,6 +1,8 @@
 //! The tracing output of locked calls, read by a capturing subscriber: each
 //! step's event at its documented level, inside the call's
-//! `distributed_lock` span, inside the caller's own span.
+//! `distributed_lock` span, inside the caller's own span; and which span is
+//! outside the other when a function has both `#[distributed_lock]` and
+//! `#[tracing::instrument]`.
 //!
 //! One test: the subscriber is process-wide (the client's own thread emits
 //! some events), so the scenarios run one after another, each on its own key.
@@ -10,7 +12,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_runtime::{LockClient, LockError, LockOptions};
+use lock_runtime::{distributed_lock, LockClient, LockError, LockOptions};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id};
 use tracing::{Event, Instrument, Level, Subscriber};
@@ -101,6 +103,14 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
 }
 
 impl Capture {
+    /// The one recorded event with `message`, from any target.
+    fn the(&self, message: &str) -> Seen {
+        let seen = self.0.lock().unwrap();
+        let found: Vec<&Seen> = seen.iter().filter(|e| e.message == message).collect();
+        assert_eq!(found.len(), 1, "one `{message}` event expected: {found:#?}");
+        found[0].clone()
+    }
+
     /// The library's events in the span of the lock `key`.
     fn of(&self, key: &str) -> Vec<Seen> {
         let seen = self.0.lock().unwrap();
@@ -139,6 +149,29 @@ fn expect<'a>(events: &'a [Seen], message: &str, level: Level, caller: &str) -> 
         "`{message}` not under `{caller}`: {event:?}"
     );
     event
+}
+
+/// The names of the spans around `event`, innermost first.
+fn span_names(event: &Seen) -> Vec<&'static str> {
+    event.scope.iter().map(|span| span.name).collect()
+}
+
+/// `#[distributed_lock]` above `#[tracing::instrument]`: the function's span
+/// is the outer one, around the lock's span.
+#[distributed_lock(key = "order:<id>", client = client)]
+#[tracing::instrument(skip_all)]
+async fn lock_above(client: &LockClient, id: u64) -> Result<(), LockError> {
+    tracing::debug!(id, "lock above: the body");
+    Ok(())
+}
+
+/// `#[tracing::instrument]` above `#[distributed_lock]`: the lock's span is
+/// the outer one, and the function's span opens inside it.
+#[tracing::instrument(skip_all)]
+#[distributed_lock(key = "order:<id>", client = client)]
+async fn instrument_above(client: &LockClient, id: u64) -> Result<(), LockError> {
+    tracing::debug!(id, "instrument above: the body");
+    Ok(())
 }
 
 /// Runs `fut` in a caller's span named `name`, as a handler with
@@ -360,4 +393,36 @@ async fn lock_events_nest_in_the_callers_span_at_their_levels() {
         .collect();
     assert!(!renewed.is_empty(), "no renewal event");
     assert!(renewed.iter().all(|e| e.level == Level::TRACE));
+
+    // With `#[tracing::instrument]` on the same function, the attribute
+    // written nearer the `fn` wraps the other: it rewrites the function
+    // after the one above it did.
+    in_caller("handler", lock_above(&client, 1))
+        .await
+        .expect("locked");
+    let body = capture.the("lock above: the body");
+    assert_eq!(
+        span_names(&body),
+        ["distributed_lock", "lock_above", "handler"],
+        "{body:#?}"
+    );
+    // The function's span holds the whole call: the lock's own events too.
+    let events = capture.of("lock:order:1");
+    expect(&events, "lock acquired", Level::DEBUG, "lock_above");
+    expect(&events, "lock released", Level::DEBUG, "lock_above");
+
+    in_caller("handler", instrument_above(&client, 2))
+        .await
+        .expect("locked");
+    let body = capture.the("instrument above: the body");
+    assert_eq!(
+        span_names(&body),
+        ["instrument_above", "distributed_lock", "handler"],
+        "{body:#?}"
+    );
+    // The function's span opens inside the lock's, once the lock is held:
+    // the lock's own events are outside it.
+    let events = capture.of("lock:order:2");
+    expect(&events, "lock acquired", Level::DEBUG, "handler");
+    expect(&events, "lock released", Level::DEBUG, "handler");
 }

@@ -372,8 +372,8 @@ impl LockClientBuilder {
     /// fail with [`LockError::Backend`]. Set the master's credentials with
     /// [`sentinel_master_auth`](Self::sentinel_master_auth). With
     /// [`sync_replicas`](Self::sync_replicas), a lock the failover would
-    /// lose is reported lost, never held by two owners; without it, see the
-    /// README.
+    /// lose is reported lost, never held by two owners; without it, see
+    /// [what a failover does to a held lock](crate::guide::deployments#what-a-failover-does-to-a-held-lock).
     ///
     /// # Errors
     /// [`LockError::Connect`] with no sentinel URL, an invalid URL, when no

@@ -128,6 +128,19 @@
 //! [`LockClient::held`] lists a client's locks; [`LockClient::force_unlock`]
 //! frees a stuck lock and wakes its waiters; [`LockClient::shutdown`] stops a
 //! client cleanly. [`LockError::is_retryable`] and its siblings sort errors.
+//!
+//! # Guides
+//! The chapters that span several items, in [`guide`]:
+//! - [`guide::deployments`]: which deployment to choose, and what each
+//!   guarantees when a server fails.
+//! - [`guide::security`]: passwords, ACL rules, TLS.
+//! - [`guide::operations`]: the client's options, errors, inspect,
+//!   force-unlock, shutdown, the key prefix, upgrading the layout.
+//! - [`guide::observability`]: tracing and metrics.
+//! - [`guide::safety`]: how it works, the safety model, limits.
+//! - [`guide::fencing`]: how a store checks fencing tokens.
+//! - [`guide::performance`]: the benchmarks.
+//! - [`guide::testing`]: testing code that uses the attribute.
 #![warn(missing_docs)]
 
 mod announce;
@@ -166,6 +179,11 @@ mod watchdog;
 #[cfg(doctest)]
 #[doc = include_str!("../../lock-macros/src/attribute.md")]
 struct AttributeDocExamples;
+
+/// The README's examples, run as doctests: each is a whole program.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDocExamples;
 
 #[doc(hidden)]
 pub mod __private {

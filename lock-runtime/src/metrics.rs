@@ -40,8 +40,10 @@
 //! // ... serve `handle.render()` on /metrics
 //! ```
 //!
-//! Each locked call also has a tracing span and events: see the crate's
-//! README, "Tracing and metrics".
+//! That exporter renders the two histograms as Prometheus summaries unless
+//! it is given buckets; the [observability guide](crate::guide::observability)
+//! says what that means and how to get real histograms. Each locked call
+//! also has a tracing span and events: see the same guide.
 
 /// `distributed_lock_attempts_total`: acquire requests sent.
 pub const ATTEMPTS: &str = "distributed_lock_attempts_total";

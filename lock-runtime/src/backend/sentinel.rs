@@ -16,7 +16,7 @@
 //! goes to the new master.
 //!
 //! What a failover does to a held lock depends on `sync_replicas`: see
-//! [`crate::LockClientBuilder::sync_replicas`] and the README.
+//! [`crate::LockClientBuilder::sync_replicas`] and [`crate::guide::deployments`].
 
 use std::collections::HashSet;
 use std::fmt::Write as _;

@@ -23,8 +23,8 @@ pub const fn options(lease_ms: Option<u64>, wait_ms: Option<u64>, renew: bool) -
     options
 }
 
-/// A rendered lock key on the client in use (see [`global::in_use`]), or
-/// why there is none.
+/// A rendered lock key on the client in use (the scoped one, else the
+/// global one), or why there is none.
 pub struct Key(Result<(ClientRef<'static>, String), LockError>);
 
 /// Renders `key` with the prefix of the client in use, before the body

@@ -23,7 +23,7 @@ pub const fn options(lease_ms: Option<u64>, wait_ms: Option<u64>, renew: bool) -
     options
 }
 
-/// A rendered lock key on the client in use (see [`global::in_use`]), or
+/// A rendered lock key on the client in use (see `global::in_use`), or
 /// why there is none.
 pub struct Key(Result<(ClientRef<'static>, String), LockError>);
 

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::advice;
+
 /// Why a locked call did not run, or did not finish, under its lock.
 ///
 /// Annotated functions return `Result<T, E>` with `E: From<LockError>`, so every
@@ -46,7 +48,9 @@ pub enum LockError {
     /// The backend failed (connection refused, timeout, server error) while
     /// acquiring, releasing or inspecting the lock. The message names the
     /// node and the cause (`NOPERM`, `WRONGPASS`, `READONLY`, `MOVED`,
-    /// connection refused, ...), never a credential; [`source`] is the
+    /// connection refused, ...), never a credential, and what to do when
+    /// the cause says (`NOAUTH`: where the password goes; a TLS certificate
+    /// refused: which builder option gives it); [`source`] is the
     /// [`redis::RedisError`] itself.
     ///
     /// [`source`]: std::error::Error::source
@@ -108,7 +112,15 @@ pub enum LockError {
     },
 
     /// The client could not connect to or talk to Redis. The message names
-    /// the node (without credentials) and the cause.
+    /// the node (without credentials) and the cause, once, and what to do
+    /// when the cause says: `NOAUTH` (put the user and password in the
+    /// URL), a server certificate from a CA the client does not trust
+    /// ([`tls_ca_file`]/[`tls_ca_pem`]), a client certificate that the
+    /// server asks for or that rustls refuses, a `redis://` URL whose
+    /// server closed the connection at once (it may expect `rediss://`).
+    ///
+    /// [`tls_ca_file`]: crate::LockClientBuilder::tls_ca_file
+    /// [`tls_ca_pem`]: crate::LockClientBuilder::tls_ca_pem
     #[error("cannot connect to Redis: {0}")]
     Connect(#[source] redis::RedisError),
 
@@ -279,10 +291,24 @@ impl LockError {
 
 /// A Redis error as Redis words it: a server error as its code and message
 /// (`NOPERM this user has no permissions ...`), anything else (IO, timeout)
-/// as the redis crate shows it.
+/// as the redis crate shows it; then what to do, when the cause says (see
+/// [`advice::hint`]).
 struct Cause<'a>(&'a redis::RedisError);
 
 impl std::fmt::Display for Cause<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        CauseOnly(self.0).fmt(f)?;
+        match advice::hint(self.0) {
+            Some(hint) => write!(f, "; {hint}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// [`Cause`] without what to do.
+struct CauseOnly<'a>(&'a redis::RedisError);
+
+impl std::fmt::Display for CauseOnly<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (self.0.code(), self.0.detail()) {
             (Some(code), Some(detail)) => write!(f, "{code} {detail}"),
@@ -327,11 +353,20 @@ pub struct NodeFailure {
 }
 
 impl NodeFailure {
+    /// Each failure as its node and cause, then what to do, once for all
+    /// the nodes whose cause says the same.
     pub(crate) fn list(failures: &[NodeFailure]) -> String {
-        let parts: Vec<String> = failures
+        let mut parts: Vec<String> = failures
             .iter()
-            .map(|f| format!("{}: {}", f.node, f.error))
+            .map(|f| format!("{}: {}", f.node, CauseOnly(&f.error)))
             .collect();
+        let mut hints: Vec<&str> = Vec::new();
+        for hint in failures.iter().filter_map(|f| advice::hint(&f.error)) {
+            if !hints.contains(&hint) {
+                hints.push(hint);
+            }
+        }
+        parts.extend(hints.into_iter().map(str::to_owned));
         parts.join("; ")
     }
 }

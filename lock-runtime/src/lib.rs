@@ -130,6 +130,7 @@
 //! client cleanly. [`LockError::is_retryable`] and its siblings sort errors.
 #![warn(missing_docs)]
 
+mod advice;
 mod announce;
 mod backend;
 mod client;

@@ -4,7 +4,7 @@ mod support;
 
 use std::time::{Duration, SystemTime};
 
-use lock_runtime::{fencing_token, LockClient, LockError, LockOptions, LossReason};
+use lock_runtime::{fencing_token, FoundBy, LockClient, LockError, LockOptions, LossReason};
 use support::{eventually, Holder, RedisServer};
 use tokio::time::Instant;
 
@@ -257,7 +257,18 @@ async fn force_unlock_on_memory_stops_the_holder_at_once() {
     };
     assert!(client.force_unlock("m").await.expect("force"));
     match tokio::time::timeout(Duration::from_secs(5), holder.outcome()).await {
-        Ok(Err(LockError::Lost { reason, .. })) => assert_eq!(reason, LossReason::Taken),
+        Ok(Err(error @ LockError::Lost { .. })) => {
+            let shown = error.to_string();
+            assert!(shown.contains("force_unlock"), "{shown}");
+            let LockError::Lost {
+                reason, found_by, ..
+            } = error
+            else {
+                unreachable!()
+            };
+            assert_eq!(reason, LossReason::Taken);
+            assert_eq!(found_by, FoundBy::ForceUnlock);
+        }
         other => panic!("expected Lost Taken, got {other:?}"),
     }
     tokio::time::timeout(Duration::from_secs(5), waiter)

@@ -1,7 +1,8 @@
 //! Freeing a lock whoever holds it: an operator's last resort.
 
 use crate::client::LockClient;
-use crate::error::{LockError, LossReason};
+use crate::error::LockError;
+use crate::held::Loss;
 
 impl LockClient {
     /// Frees the lock `key` (without the client's prefix) whoever holds it,
@@ -11,9 +12,12 @@ impl LockClient {
     /// unprotected, while a waiter takes the lock and runs its own body at
     /// the same time. The holder learns at its next renewal (within a third
     /// of its lease), or at its release if that comes first, and its call
-    /// then ends with [`LockError::Lost`] and [`LossReason::Taken`] (its body
-    /// is stopped at an await point). A holder in this client is marked lost
-    /// at once. Use it for a lock whose holder is known dead or stuck, after
+    /// then ends with [`LockError::Lost`] and
+    /// [`LossReason::Taken`](crate::LossReason::Taken), found by
+    /// [`FoundBy::Renewal`](crate::FoundBy::Renewal) (its body is stopped at
+    /// an await point) or [`FoundBy::Release`](crate::FoundBy::Release). A
+    /// holder in this client is marked lost at once, found by
+    /// [`FoundBy::ForceUnlock`](crate::FoundBy::ForceUnlock). Use it for a lock whose holder is known dead or stuck, after
     /// [`inspect`](LockClient::inspect) showed who that is; a store that
     /// checks fencing tokens refuses the old holder's late writes.
     ///
@@ -37,7 +41,7 @@ impl LockClient {
             .map_err(|e| e.on_key(&full, &inner.tag.place))?;
         for held in inner.registry.snapshot() {
             if held.key == full {
-                held.lose(LossReason::Taken);
+                held.lose(Loss::FORCED);
             }
         }
         // The notice comes back to this client too, but it skips its own.

@@ -174,7 +174,7 @@ pub mod __private {
 }
 
 pub use client::{LockClient, LockClientBuilder};
-pub use error::{HeldBy, LockError, LossReason, NodeFailure};
+pub use error::{FoundBy, HeldBy, LockError, LossReason, NodeFailure};
 pub use fencing::{fencing_token, fencing_token_of};
 pub use global::{client, init, with_client};
 pub use inspect::{ClientInfo, HeldInfo, LockHolder, LockInfo};

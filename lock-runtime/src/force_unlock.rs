@@ -8,6 +8,11 @@ impl LockClient {
     /// Frees the lock `key` (without the client's prefix) whoever holds it,
     /// and wakes its waiters in every process at once; whether it was held.
     ///
+    /// The prefix is added to `key` as it is given, as in
+    /// [`inspect`](LockClient::inspect): `force_unlock("lock:order:7")`
+    /// frees `lock:lock:order:7`, not `lock:order:7` (and answers `false` if
+    /// that is not held), with a `warn` event saying so.
+    ///
     /// **Dangerous.** The holder is not told: its body goes on running,
     /// unprotected, while a waiter takes the lock and runs its own body at
     /// the same time. The holder learns at its next renewal (within a third
@@ -33,7 +38,7 @@ impl LockClient {
     /// few Redlock nodes answer; [`LockError::Invalid`] for an empty key.
     pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
         let inner = &self.inner;
-        let full = self.admin_key(key)?;
+        let full = self.admin_key(key, "force_unlock")?;
         let freed = inner
             .backend
             .force_unlock(&full, &inner.tag.id)

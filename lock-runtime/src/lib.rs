@@ -129,6 +129,7 @@
 //! frees a stuck lock and wakes its waiters; [`LockClient::shutdown`] stops a
 //! client cleanly. [`LockError::is_retryable`] and its siblings sort errors.
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod advice;
 mod announce;

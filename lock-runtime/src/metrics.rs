@@ -74,6 +74,7 @@ pub const REASON: &str = "reason";
 /// Gives every metric above its unit and description in the installed
 /// recorder. Call it once, after installing the recorder.
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub fn describe() {
     use ::metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_counter!(

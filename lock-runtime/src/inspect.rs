@@ -198,10 +198,12 @@ impl LockClient {
         let prefix = &*self.inner.prefix;
         if !prefix.is_empty() && key.starts_with(prefix) {
             tracing::warn!(
+                call,
+                prefix,
                 key,
                 full_key = &*full,
-                "{call} takes the key without the client's prefix `{prefix}`: the key given \
-                 starts with it, so {call} uses `{full}`"
+                "key starts with the client's prefix, added again: this call takes the key \
+                 without the client's prefix"
             );
         }
         Ok(full)

@@ -66,6 +66,81 @@ async fn requirepass() {
     assert!(matches!(none, LockError::Connect(_)), "{none:?}");
     assert!(none.to_string().contains("NOAUTH"), "{none}");
     assert!(none.to_string().contains(&node), "{none}");
+    assert!(
+        none.to_string().contains("redis://user:password@"),
+        "says where the password goes: {none}"
+    );
+    assert!(!everything_shown(&none).contains(SECRET), "{none}");
+}
+
+/// A client that connects on first use meets NOAUTH at its first call: the
+/// backend error says where the password goes too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn noauth_at_a_call_says_where_the_password_goes() {
+    let server = TcpServer::start(&["--requirepass", SECRET]);
+    let client = LockClient::builder()
+        .lazy_connect(true)
+        .connect_timeout(Duration::from_secs(3))
+        .connect(&server.url("redis", ""))
+        .await
+        .expect("a lazy client connects on first use");
+    let error = client
+        .run_locked("auth:none", LockOptions::new(), async {
+            Ok::<_, LockError>(())
+        })
+        .await
+        .expect_err("the server needs a password");
+    let shown = error.to_string();
+    assert!(matches!(error, LockError::Backend { .. }), "{error:?}");
+    assert!(shown.contains("NOAUTH"), "{shown}");
+    assert!(shown.contains("redis://user:password@"), "{shown}");
+    assert!(!everything_shown(&error).contains(SECRET), "{shown}");
+}
+
+/// Redlock nodes that need a password, given none: the connect fails with
+/// NOAUTH and where the password goes, rather than every call later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_nodes_without_their_password_fail_the_connect() {
+    let nodes: Vec<TcpServer> = (0..3)
+        .map(|_| TcpServer::start(&["--requirepass", SECRET]))
+        .collect();
+    let urls: Vec<String> = nodes.iter().map(|n| n.url("redis", "")).collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let error = LockClient::builder()
+        .node_timeout(Duration::from_millis(500))
+        .redlock(&urls)
+        .await
+        .expect_err("no node takes a client without its password");
+    let shown = error.to_string();
+    assert!(matches!(error, LockError::Connect(_)), "{error:?}");
+    assert!(shown.contains("NOAUTH"), "{shown}");
+    assert!(shown.contains("redis://user:password@"), "{shown}");
+}
+
+/// How many times `fragment` occurs in `text`, ignoring case.
+fn occurrences(text: &str, fragment: &str) -> usize {
+    text.to_lowercase()
+        .matches(&fragment.to_lowercase())
+        .count()
+}
+
+/// A wrong password, several times (the connect's two connections race,
+/// and each meets it its own way: `AUTH` or `HELLO`): the message names the
+/// failure once, not the redis error's kind and description again inside
+/// its own detail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_is_said_once() {
+    let server = TcpServer::start(&["--requirepass", SECRET]);
+    for userinfo in [format!(":{WRONG}@"), format!("default:{WRONG}@")] {
+        for _ in 0..3 {
+            let error = connect_error(&server.url("redis", &userinfo)).await;
+            let shown = error.to_string();
+            assert!(shown.contains("WRONGPASS"), "{shown}");
+            for fragment in ["AuthenticationFailed", "authentication failed", "WRONGPASS"] {
+                assert!(occurrences(&shown, fragment) <= 1, "{fragment}: {shown}");
+            }
+        }
+    }
 }
 
 /// An ACL user: its password works; a wrong one fails at connect without

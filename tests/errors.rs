@@ -122,6 +122,8 @@ async fn a_refused_connection_names_the_node_and_is_retryable() {
         .expect_err("refused");
     assert!(matches!(error, LockError::Connect(_)), "{error:?}");
     assert!(error.is_retryable(), "{error:?}");
+    // A refusal is no sign of a TLS port: no `rediss://` hint.
+    assert!(!error.to_string().contains("rediss"), "{error}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

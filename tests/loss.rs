@@ -3,7 +3,7 @@ mod support;
 
 use std::time::Duration;
 
-use lock_runtime::{LockClient, LockError, LockOptions, LossReason};
+use lock_runtime::{FoundBy, LockClient, LockError, LockOptions, LossReason};
 use support::{Holder, RedisServer};
 use tokio::time::Instant;
 
@@ -29,9 +29,21 @@ async fn a_renewal_that_finds_the_lock_gone_stops_the_body() {
     let deleted = Instant::now();
     let result = holder.outcome().await;
     match result {
-        Err(LockError::Lost { key, reason, .. }) => {
+        Err(error @ LockError::Lost { .. }) => {
+            let shown = error.to_string();
+            let LockError::Lost {
+                key,
+                reason,
+                found_by,
+                ..
+            } = error
+            else {
+                unreachable!()
+            };
             assert_eq!(key, "lock:vanishing");
             assert_eq!(reason, LossReason::Taken);
+            assert_eq!(found_by, FoundBy::Renewal);
+            assert!(shown.contains("a renewal found it"), "{shown}");
         }
         other => panic!("expected Lost, got {other:?}"),
     }
@@ -61,9 +73,23 @@ async fn a_release_that_finds_the_lock_gone_reports_the_loss() {
         })
         .await;
     match result {
-        Err(LockError::Lost { key, reason, .. }) => {
+        Err(error @ LockError::Lost { .. }) => {
+            let shown = error.to_string();
+            let LockError::Lost {
+                key,
+                reason,
+                found_by,
+                ..
+            } = error
+            else {
+                unreachable!()
+            };
             assert_eq!(key, "lock:gone-early");
             assert_eq!(reason, LossReason::Taken);
+            assert_eq!(found_by, FoundBy::Release);
+            // No renewal ran: the message says the release found it.
+            assert!(shown.contains("the release"), "{shown}");
+            assert!(!shown.contains("renewal"), "{shown}");
         }
         other => panic!("expected Lost, got {other:?}"),
     }

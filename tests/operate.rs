@@ -2,9 +2,10 @@
 //! `force_unlock`, on one node, on Redlock and in memory.
 mod support;
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use lock_runtime::{fencing_token, LockClient, LockError, LockOptions, LossReason};
+use lock_runtime::{fencing_token, FoundBy, LockClient, LockError, LockOptions, LossReason};
 use support::{eventually, Holder, RedisServer};
 use tokio::time::Instant;
 
@@ -257,7 +258,18 @@ async fn force_unlock_on_memory_stops_the_holder_at_once() {
     };
     assert!(client.force_unlock("m").await.expect("force"));
     match tokio::time::timeout(Duration::from_secs(5), holder.outcome()).await {
-        Ok(Err(LockError::Lost { reason, .. })) => assert_eq!(reason, LossReason::Taken),
+        Ok(Err(error @ LockError::Lost { .. })) => {
+            let shown = error.to_string();
+            assert!(shown.contains("force_unlock"), "{shown}");
+            let LockError::Lost {
+                reason, found_by, ..
+            } = error
+            else {
+                unreachable!()
+            };
+            assert_eq!(reason, LossReason::Taken);
+            assert_eq!(found_by, FoundBy::ForceUnlock);
+        }
         other => panic!("expected Lost Taken, got {other:?}"),
     }
     tokio::time::timeout(Duration::from_secs(5), waiter)
@@ -413,4 +425,66 @@ async fn a_user_that_may_not_write_the_registry_is_refused_once_and_still_locks(
     let who = info.holder.expect("held");
     assert_eq!(who.client, None, "no entry to read");
     holder.release().await.expect("released");
+}
+
+/// The warnings and errors written on this thread while its guard lives.
+#[derive(Clone, Default)]
+struct Warnings(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Warnings {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log").extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Warnings {
+    fn record(&self) -> tracing::subscriber::DefaultGuard {
+        let writer = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::WARN)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    fn take(&self) -> String {
+        let bytes = std::mem::take(&mut *self.0.lock().expect("log"));
+        String::from_utf8(bytes).expect("utf-8")
+    }
+}
+
+/// `inspect` and `force_unlock` take the key without the client's prefix. A
+/// key given with it is not refused (a template may render `lock:` itself):
+/// the call reads and frees `prefix + key` as given, which `LockInfo::key`
+/// shows, and a warning says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_given_with_the_prefix_is_used_as_given_and_warned_about() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let holder = Holder::start(&client, "order:7", LockOptions::new()).await;
+    let warnings = Warnings::default();
+    let _recording = warnings.record();
+
+    let info = client.inspect("lock:order:7").await.expect("inspect");
+    assert_eq!(info.key, "lock:lock:order:7");
+    assert!(!info.is_held());
+    let warned = warnings.take();
+    assert!(warned.contains("WARN"), "{warned}");
+    assert!(warned.contains("lock:lock:order:7"), "{warned}");
+    assert!(warned.contains("without the client's prefix"), "{warned}");
+
+    assert!(!client.force_unlock("lock:order:7").await.expect("force"));
+    let warned = warnings.take();
+    assert!(warned.contains("force_unlock"), "{warned}");
+    assert!(warned.contains("lock:lock:order:7"), "{warned}");
+
+    // The key as documented: the lock, and nothing to warn about.
+    assert!(client.inspect("order:7").await.expect("inspect").is_held());
+    assert_eq!(warnings.take(), "");
+    holder.release().await.expect("the lock was left alone");
 }

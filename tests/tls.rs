@@ -1,5 +1,6 @@
 //! `rediss://` with the feature `tls-rustls`: a CA bundle, mutual TLS, a
-//! wrong CA, and Redlock over TLS nodes, against redis-servers started with
+//! wrong CA, a client certificate rustls refuses, `redis://` on a TLS port,
+//! and Redlock over TLS nodes, against redis-servers started with
 //! `--tls-port` and certificates made by `openssl` for the test.
 mod servers;
 
@@ -76,6 +77,10 @@ async fn mutual_tls() {
         shown.contains(&format!("127.0.0.1:{}", server.port)),
         "{shown}"
     );
+    assert!(
+        shown.contains("tls_client_cert_files"),
+        "says how to give one: {shown}"
+    );
 }
 
 /// A CA that did not sign the server's certificate: a connect error that
@@ -99,6 +104,55 @@ async fn a_wrong_ca_is_a_clear_connect_error() {
     assert!(
         shown.contains("UnknownIssuer"),
         "the cause is named: {shown}"
+    );
+    assert!(
+        shown.contains("tls_ca_file") && shown.contains("tls_ca_pem"),
+        "says how to give the CA: {shown}"
+    );
+}
+
+/// A client certificate that rustls refuses (an X.509 v1 certificate) is
+/// named as the client's own certificate, not as the server's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_client_certificate_is_named_as_the_clients() {
+    let certs = Certs::generate();
+    let server = TcpServer::start_tls(&certs, &["--tls-auth-clients", "yes"]);
+    let error = builder()
+        .tls_ca_file(&certs.ca_cert)
+        .tls_client_cert_files(certs.client_v1_cert(), &certs.client_key)
+        .connect_timeout(Duration::from_secs(2))
+        .connect(&server.url("rediss", ""))
+        .await
+        .expect_err("rustls takes no v1 certificate");
+    assert!(matches!(error, LockError::Connect(_)), "{error:?}");
+    let shown = error.to_string();
+    assert!(shown.contains("client certificate"), "{shown}");
+    assert!(shown.contains("tls_client_cert_files"), "{shown}");
+    assert!(shown.contains("v3"), "says which version it needs: {shown}");
+    assert!(!shown.contains("peer certificate"), "{shown}");
+    assert!(
+        shown.contains(&format!("127.0.0.1:{}", server.port)),
+        "{shown}"
+    );
+}
+
+/// `redis://` to a port that speaks only TLS: the connect error says that
+/// the server may expect `rediss://`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plain_url_on_a_tls_port_suggests_rediss() {
+    let certs = Certs::generate();
+    let server = TcpServer::start_tls(&certs, &["--tls-auth-clients", "no"]);
+    let error = builder()
+        .connect_timeout(Duration::from_secs(2))
+        .connect(&server.url("redis", ""))
+        .await
+        .expect_err("the server speaks TLS only");
+    assert!(matches!(error, LockError::Connect(_)), "{error:?}");
+    let shown = error.to_string();
+    assert!(shown.contains("rediss://"), "{shown}");
+    assert!(
+        shown.contains(&format!("127.0.0.1:{}", server.port)),
+        "{shown}"
     );
 }
 

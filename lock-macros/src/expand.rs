@@ -146,9 +146,10 @@ fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
     } = validate(args, &function)?;
     let renamed_self = rewritten.as_ref().and_then(|f| f.renamed_self.as_ref());
 
-    // An `E` without `From<LockError>` fails `run_locked`'s bound, at the
-    // call, the `let` and the `.await`; spanning those on the return type,
-    // where `E` is written, gives one error, there.
+    // An `E` without `From<LockError>` fails `run_locked`'s bound
+    // (`__private::FromLockError`, whose message says what to implement), at
+    // the call, the `let` and the `.await`; spanning those on the return
+    // type, where `E` is written, gives one error, there.
     let call_span = return_type.span();
     let krate = krate_at(&args, call_span);
     let mixed = Span::mixed_site();

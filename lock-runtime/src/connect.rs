@@ -155,17 +155,8 @@ impl Target {
 }
 
 /// `error`, met connecting to `url`, with the node named (without
-/// credentials) and its kind kept.
+/// credentials), the cause said once, what to do when the cause says (see
+/// [`crate::advice`]), and its kind kept.
 pub(crate) fn at_node(url: &str, error: redis::RedisError) -> redis::RedisError {
-    let detail = format!("{}: {error}", node_name(url));
-    let what = match error.kind() {
-        redis::ErrorKind::Io => "connection failed",
-        // redis-rs may keep only its own words for the server's WRONGPASS.
-        redis::ErrorKind::AuthenticationFailed => {
-            "authentication failed (WRONGPASS: wrong user name or password, or user disabled)"
-        }
-        redis::ErrorKind::InvalidClientConfig => "invalid options",
-        _ => "refused",
-    };
-    redis::RedisError::from((error.kind(), what, detail))
+    crate::advice::at_connect(&node_name(url), url.starts_with("redis://"), &error)
 }

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::advice;
+
 /// Why a locked call did not run, or did not finish, under its lock.
 ///
 /// Annotated functions return `Result<T, E>` with `E: From<LockError>`, so every
@@ -33,20 +35,29 @@ pub enum LockError {
         held_by: HeldBy,
     },
 
-    /// The lock was lost while the body ran; the body was stopped there.
-    #[error("lock `{key}` was lost while held: {reason}")]
+    /// The lock was lost while the body ran; the body was stopped there
+    /// (or, when the release found the loss, it had run to its end). The
+    /// message says what showed the loss and which step found it.
+    #[error("lock `{key}` was lost while held: {}", LossText(*.reason, *.found_by))]
     #[non_exhaustive]
     Lost {
         /// The lock's key.
         key: String,
         /// What showed the loss.
         reason: LossReason,
+        /// Which step of the call found it: for [`LossReason::Taken`], a
+        /// renewal, the release or [`force_unlock`] on this client.
+        ///
+        /// [`force_unlock`]: crate::LockClient::force_unlock
+        found_by: FoundBy,
     },
 
     /// The backend failed (connection refused, timeout, server error) while
     /// acquiring, releasing or inspecting the lock. The message names the
     /// node and the cause (`NOPERM`, `WRONGPASS`, `READONLY`, `MOVED`,
-    /// connection refused, ...), never a credential; [`source`] is the
+    /// connection refused, ...), never a credential, and what to do when
+    /// the cause says (`NOAUTH`: where the password goes; a TLS certificate
+    /// refused: which builder option gives it); [`source`] is the
     /// [`redis::RedisError`] itself.
     ///
     /// [`source`]: std::error::Error::source
@@ -108,7 +119,15 @@ pub enum LockError {
     },
 
     /// The client could not connect to or talk to Redis. The message names
-    /// the node (without credentials) and the cause.
+    /// the node (without credentials) and the cause, once, and what to do
+    /// when the cause says: `NOAUTH` (put the user and password in the
+    /// URL), a server certificate from a CA the client does not trust
+    /// ([`tls_ca_file`]/[`tls_ca_pem`]), a client certificate that the
+    /// server asks for or that rustls refuses, a `redis://` URL whose
+    /// server closed the connection at once (it may expect `rediss://`).
+    ///
+    /// [`tls_ca_file`]: crate::LockClientBuilder::tls_ca_file
+    /// [`tls_ca_pem`]: crate::LockClientBuilder::tls_ca_pem
     #[error("cannot connect to Redis: {0}")]
     Connect(#[source] redis::RedisError),
 
@@ -169,7 +188,10 @@ impl std::fmt::Display for HeldByHint {
 #[non_exhaustive]
 pub enum LossReason {
     /// A renewal or the release found the lock gone (erased, or expired in
-    /// Redis) or held by another owner.
+    /// Redis) or held by another owner, or [`force_unlock`] on this same
+    /// client freed it; [`LockError::Lost`]'s `found_by` says which.
+    ///
+    /// [`force_unlock`]: crate::LockClient::force_unlock
     Taken,
     /// The lease ran out with no successful renewal (Redis unreachable, or
     /// `renew = false` and the body outran its lease).
@@ -194,7 +216,9 @@ pub enum LossReason {
 impl std::fmt::Display for LossReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            LossReason::Taken => "a renewal found it gone or held by another owner",
+            LossReason::Taken => {
+                "it was found gone (erased, or expired in Redis) or held by another owner"
+            }
             LossReason::Expired => "its lease ran out before a renewal succeeded",
             LossReason::Unconfirmed => {
                 "its release could not reach Redis, so it may not have been held to the end"
@@ -207,6 +231,63 @@ impl std::fmt::Display for LossReason {
                  (its future was moved out of that body)"
             }
         })
+    }
+}
+
+/// The step of a locked call that found its lock lost
+/// ([`LockError::Lost`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum FoundBy {
+    /// A renewal by the client's watchdog found the lock gone or held by
+    /// another owner ([`LossReason::Taken`]) while the body ran.
+    Renewal,
+    /// The release, after the body returned ([`LossReason::Taken`],
+    /// [`LossReason::Expired`], [`LossReason::Unconfirmed`]): the body ran
+    /// to its end, but the lock may not have been held all the way, as no
+    /// renewal had found out sooner (a body shorter than a third of its
+    /// lease never renews).
+    Release,
+    /// [`LockClient::force_unlock`](crate::LockClient::force_unlock) on
+    /// this same client freed the lock while the body ran
+    /// ([`LossReason::Taken`]).
+    ForceUnlock,
+    /// The lock's validity, checked against this process's clock by the
+    /// watchdog and before each poll of the body, ran out with no successful
+    /// renewal ([`LossReason::Expired`]).
+    Clock,
+    /// The client's shutdown, when its deadline passed
+    /// ([`LossReason::ShutDown`]).
+    ShutDown,
+    /// The hold that this nested call re-entered ended while the call still
+    /// ran ([`LossReason::Detached`]).
+    HoldEnded,
+}
+
+/// A [`LockError::Lost`]'s cause, as its reason and the step that found it
+/// say together.
+struct LossText(LossReason, FoundBy);
+
+impl std::fmt::Display for LossText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const GONE: &str = "gone (erased, or expired in Redis) or held by another owner";
+        match (self.0, self.1) {
+            (LossReason::Taken, FoundBy::Renewal) => write!(f, "a renewal found it {GONE}"),
+            (LossReason::Taken, FoundBy::Release) => write!(
+                f,
+                "the release, after the body returned, found it {GONE}: the body ran to its \
+                 end, but maybe not under the lock all the way"
+            ),
+            (LossReason::Taken, FoundBy::ForceUnlock) => {
+                f.write_str("force_unlock on this same client freed it")
+            }
+            (LossReason::Expired, FoundBy::Release) => write!(
+                f,
+                "{}, as the release after the body returned found",
+                LossReason::Expired
+            ),
+            (reason, _) => reason.fmt(f),
+        }
     }
 }
 
@@ -279,10 +360,24 @@ impl LockError {
 
 /// A Redis error as Redis words it: a server error as its code and message
 /// (`NOPERM this user has no permissions ...`), anything else (IO, timeout)
-/// as the redis crate shows it.
+/// as the redis crate shows it; then what to do, when the cause says (see
+/// [`advice::hint`]).
 struct Cause<'a>(&'a redis::RedisError);
 
 impl std::fmt::Display for Cause<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        CauseOnly(self.0).fmt(f)?;
+        match advice::hint(self.0) {
+            Some(hint) => write!(f, "; {hint}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// [`Cause`] without what to do.
+struct CauseOnly<'a>(&'a redis::RedisError);
+
+impl std::fmt::Display for CauseOnly<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match (self.0.code(), self.0.detail()) {
             (Some(code), Some(detail)) => write!(f, "{code} {detail}"),
@@ -327,11 +422,20 @@ pub struct NodeFailure {
 }
 
 impl NodeFailure {
+    /// Each failure as its node and cause, then what to do, once for all
+    /// the nodes whose cause says the same.
     pub(crate) fn list(failures: &[NodeFailure]) -> String {
-        let parts: Vec<String> = failures
+        let mut parts: Vec<String> = failures
             .iter()
-            .map(|f| format!("{}: {}", f.node, f.error))
+            .map(|f| format!("{}: {}", f.node, CauseOnly(&f.error)))
             .collect();
+        let mut hints: Vec<&str> = Vec::new();
+        for hint in failures.iter().filter_map(|f| advice::hint(&f.error)) {
+            if !hints.contains(&hint) {
+                hints.push(hint);
+            }
+        }
+        parts.extend(hints.into_iter().map(str::to_owned));
         parts.join("; ")
     }
 }

@@ -1,19 +1,28 @@
 //! Freeing a lock whoever holds it: an operator's last resort.
 
 use crate::client::LockClient;
-use crate::error::{LockError, LossReason};
+use crate::error::LockError;
+use crate::held::Loss;
 
 impl LockClient {
     /// Frees the lock `key` (without the client's prefix) whoever holds it,
     /// and wakes its waiters in every process at once; whether it was held.
     ///
+    /// The prefix is added to `key` as it is given, as in
+    /// [`inspect`](LockClient::inspect): `force_unlock("lock:order:7")`
+    /// frees `lock:lock:order:7`, not `lock:order:7` (and answers `false` if
+    /// that is not held), with a `warn` event saying so.
+    ///
     /// **Dangerous.** The holder is not told: its body goes on running,
     /// unprotected, while a waiter takes the lock and runs its own body at
     /// the same time. The holder learns at its next renewal (within a third
     /// of its lease), or at its release if that comes first, and its call
-    /// then ends with [`LockError::Lost`] and [`LossReason::Taken`] (its body
-    /// is stopped at an await point). A holder in this client is marked lost
-    /// at once. Use it for a lock whose holder is known dead or stuck, after
+    /// then ends with [`LockError::Lost`] and
+    /// [`LossReason::Taken`](crate::LossReason::Taken), found by
+    /// [`FoundBy::Renewal`](crate::FoundBy::Renewal) (its body is stopped at
+    /// an await point) or [`FoundBy::Release`](crate::FoundBy::Release). A
+    /// holder in this client is marked lost at once, found by
+    /// [`FoundBy::ForceUnlock`](crate::FoundBy::ForceUnlock). Use it for a lock whose holder is known dead or stuck, after
     /// [`inspect`](LockClient::inspect) showed who that is; a store that
     /// checks fencing tokens refuses the old holder's late writes.
     ///
@@ -29,7 +38,7 @@ impl LockClient {
     /// few Redlock nodes answer; [`LockError::Invalid`] for an empty key.
     pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
         let inner = &self.inner;
-        let full = self.admin_key(key)?;
+        let full = self.admin_key(key, "force_unlock")?;
         let freed = inner
             .backend
             .force_unlock(&full, &inner.tag.id)
@@ -37,7 +46,7 @@ impl LockClient {
             .map_err(|e| e.on_key(&full, &inner.tag.place))?;
         for held in inner.registry.snapshot() {
             if held.key == full {
-                held.lose(LossReason::Taken);
+                held.lose(Loss::FORCED);
             }
         }
         // The notice comes back to this client too, but it skips its own.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures_util::task::AtomicWaker;
 use tokio::time::Instant;
 
-use crate::error::LossReason;
+use crate::error::{FoundBy, LossReason};
 use crate::owner_id::{ClientTag, OwnerId};
 use crate::turn::Turn;
 
@@ -107,9 +107,9 @@ impl Frame {
     /// Why this frame's body may not run on, if it may not: the hold it
     /// runs under has ended, or the lock is lost (checked against the clock
     /// now).
-    pub(crate) fn check_now(&self) -> Option<LossReason> {
+    pub(crate) fn check_now(&self) -> Option<Loss> {
         if self.has_ended() {
-            return Some(LossReason::Detached);
+            return Some(Loss::DETACHED);
         }
         self.held().check_now()
     }
@@ -120,13 +120,37 @@ impl Frame {
     }
 }
 
+/// A loss as the call reports it: what showed it, and which step found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Loss {
+    pub reason: LossReason,
+    pub found_by: FoundBy,
+}
+
+impl Loss {
+    /// A renewal found the lock gone or taken.
+    pub(crate) const TAKEN: Loss = Loss::new(LossReason::Taken, FoundBy::Renewal);
+    /// `force_unlock` on this client freed it.
+    pub(crate) const FORCED: Loss = Loss::new(LossReason::Taken, FoundBy::ForceUnlock);
+    /// Its validity ran out by the clock.
+    pub(crate) const EXPIRED: Loss = Loss::new(LossReason::Expired, FoundBy::Clock);
+    /// The client's shutdown deadline passed.
+    pub(crate) const SHUT_DOWN: Loss = Loss::new(LossReason::ShutDown, FoundBy::ShutDown);
+    /// The hold a nested call re-entered ended.
+    pub(crate) const DETACHED: Loss = Loss::new(LossReason::Detached, FoundBy::HoldEnded);
+
+    pub(crate) const fn new(reason: LossReason, found_by: FoundBy) -> Loss {
+        Loss { reason, found_by }
+    }
+}
+
 /// How far the lock's validity is trusted, as the watchdog and the body see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Validity {
     /// Valid until this instant unless renewed.
     Until(Instant),
     /// Known lost.
-    Lost(LossReason),
+    Lost(Loss),
 }
 
 /// Shared by the body's loss watcher, the watchdog and the release.
@@ -272,8 +296,8 @@ impl HeldLock {
     }
 
     /// Marks the lock lost; the body's watcher stops the body.
-    pub(crate) fn lose(&self, reason: LossReason) {
-        let lost = pack_lost(reason);
+    pub(crate) fn lose(&self, loss: Loss) {
+        let lost = pack_lost(loss);
         let first = self
             .validity
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
@@ -313,12 +337,12 @@ impl HeldLock {
 
     /// Whether the lock is lost, checking its validity against the clock
     /// now rather than waiting for the timer.
-    pub(crate) fn check_now(&self) -> Option<LossReason> {
+    pub(crate) fn check_now(&self) -> Option<Loss> {
         match self.validity() {
-            Validity::Lost(reason) => Some(reason),
+            Validity::Lost(loss) => Some(loss),
             Validity::Until(until) if Instant::now() >= until => {
-                self.lose(LossReason::Expired);
-                Some(LossReason::Expired)
+                self.lose(Loss::EXPIRED);
+                Some(Loss::EXPIRED)
             }
             Validity::Until(_) => None,
         }
@@ -337,8 +361,10 @@ impl Drop for HeldLock {
 }
 
 /// `Validity` in a word: an instant as nanoseconds after the lock's epoch,
-/// or one of the lost states above every instant.
-const LOST_SHUT_DOWN: u64 = u64::MAX - 2;
+/// or one of the lost states above every instant (`LOST_SHUT_DOWN` the
+/// lowest).
+const LOST_SHUT_DOWN: u64 = u64::MAX - 3;
+const LOST_FORCED: u64 = u64::MAX - 2;
 const LOST_EXPIRED: u64 = u64::MAX - 1;
 const LOST_TAKEN: u64 = u64::MAX;
 
@@ -349,19 +375,26 @@ fn pack_until(epoch: Instant, until: Instant) -> u64 {
         .min(LOST_SHUT_DOWN - 1)
 }
 
-fn pack_lost(reason: LossReason) -> u64 {
-    match reason {
-        LossReason::Taken => LOST_TAKEN,
-        LossReason::ShutDown => LOST_SHUT_DOWN,
+/// The losses a hold is marked with (the others are found by the call
+/// itself, and never stored).
+fn pack_lost(loss: Loss) -> u64 {
+    match loss {
+        Loss::FORCED => LOST_FORCED,
+        Loss::SHUT_DOWN => LOST_SHUT_DOWN,
+        Loss {
+            reason: LossReason::Taken,
+            ..
+        } => LOST_TAKEN,
         _ => LOST_EXPIRED,
     }
 }
 
 fn unpack(epoch: Instant, word: u64) -> Validity {
     match word {
-        LOST_TAKEN => Validity::Lost(LossReason::Taken),
-        LOST_EXPIRED => Validity::Lost(LossReason::Expired),
-        LOST_SHUT_DOWN => Validity::Lost(LossReason::ShutDown),
+        LOST_TAKEN => Validity::Lost(Loss::TAKEN),
+        LOST_FORCED => Validity::Lost(Loss::FORCED),
+        LOST_EXPIRED => Validity::Lost(Loss::EXPIRED),
+        LOST_SHUT_DOWN => Validity::Lost(Loss::SHUT_DOWN),
         nanos => Validity::Until(epoch + Duration::from_nanos(nanos)),
     }
 }

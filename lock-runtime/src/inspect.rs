@@ -87,6 +87,14 @@ impl LockClient {
     /// [`run_locked`](LockClient::run_locked)) as the backend keeps it now:
     /// free or held, by whom, for how long, and its last fencing token.
     ///
+    /// The prefix is added to `key` as it is given: `inspect("order:7")`
+    /// reads `lock:order:7`, and `inspect("lock:order:7")` reads
+    /// `lock:lock:order:7` (a key may begin with the prefix's text). The
+    /// answer's [`LockInfo::key`] is the full key read, and a key given
+    /// with the prefix is logged as a `warn` event. The full keys that
+    /// [`LockInfo::key`], [`HeldInfo::key`] and [`LockError::key`] give
+    /// are not what this takes.
+    ///
     /// The holder's owner id leads to the holding client's registry entry
     /// (its name, host, pid and start time; see `docs/redis-layout.md`),
     /// read in a second round trip. On Redlock every node is asked, and the
@@ -101,7 +109,7 @@ impl LockClient {
     /// few Redlock nodes answer; [`LockError::Invalid`] for an empty key.
     pub async fn inspect(&self, key: &str) -> Result<LockInfo, LockError> {
         let inner = &self.inner;
-        let full = self.admin_key(key)?;
+        let full = self.admin_key(key, "inspect")?;
         let view = inner
             .backend
             .inspect(&full)
@@ -173,14 +181,30 @@ impl LockClient {
             .collect()
     }
 
-    /// The full key for an operator's call on `key`, refusing an empty one.
-    pub(crate) fn admin_key(&self, key: &str) -> Result<String, LockError> {
+    /// The full key for an operator's call (`call`) on `key`, refusing an
+    /// empty one. A key that starts with the prefix already is taken as
+    /// given (a key template may render the prefix's text itself), with a
+    /// warning: it is more often a full key (from [`LockInfo::key`],
+    /// [`HeldInfo::key`], [`LockError::key`] or `redis-cli`) given where the
+    /// key without the prefix belongs.
+    pub(crate) fn admin_key(&self, key: &str, call: &'static str) -> Result<String, LockError> {
         let full = self.full_key(format_args!("{key}"));
         if key.is_empty() {
             return Err(LockError::Invalid {
                 key: full,
                 message: "the key is empty",
             });
+        }
+        let prefix = &*self.inner.prefix;
+        if !prefix.is_empty() && key.starts_with(prefix) {
+            tracing::warn!(
+                call,
+                prefix,
+                key,
+                full_key = &*full,
+                "key starts with the client's prefix, added again: this call takes the key \
+                 without the client's prefix"
+            );
         }
         Ok(full)
     }

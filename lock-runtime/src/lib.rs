@@ -142,7 +142,9 @@
 //! - [`guide::performance`]: the benchmarks.
 //! - [`guide::testing`]: testing code that uses the attribute.
 #![warn(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod advice;
 mod announce;
 mod backend;
 mod client;
@@ -191,7 +193,7 @@ pub mod __private {
 }
 
 pub use client::{LockClient, LockClientBuilder};
-pub use error::{HeldBy, LockError, LossReason, NodeFailure};
+pub use error::{FoundBy, HeldBy, LockError, LossReason, NodeFailure};
 pub use fencing::{fencing_token, fencing_token_of};
 pub use global::{client, init, with_client};
 pub use inspect::{ClientInfo, HeldInfo, LockHolder, LockInfo};

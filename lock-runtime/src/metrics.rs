@@ -20,7 +20,7 @@
 //! | `distributed_lock_reentries_total` | counter | `lock` | nested calls that re-entered a lock held around them |
 //! | `distributed_lock_timeouts_total` | counter | `lock` | calls that gave up: the lock stayed held by another owner for their whole `wait` |
 //! | `distributed_lock_acquire_errors_total` | counter | `lock` | acquires that failed otherwise (backend error, no quorum, too few replicas) |
-//! | `distributed_lock_losses_total` | counter | `lock`, `reason` | locks lost while held, as their call saw it; `reason` is `taken`, `expired`, `unconfirmed` or `shutdown` ([`LossReason`](crate::LossReason)) |
+//! | `distributed_lock_losses_total` | counter | `lock`, `reason` | locks lost while held, as their call saw it; `reason` is `taken`, `expired`, `unconfirmed`, `shutdown` or `detached` ([`LossReason`](crate::LossReason)) |
 //! | `distributed_lock_renewal_failures_total` | counter | `lock` | renewals that failed (Redis unreachable or slow), one per lock per failed renewal; retried until the lease runs out |
 //! | `distributed_lock_background_releases_total` | counter | `lock` | locks released in the background because their call was dropped while holding them (cancelled, or the body panicked) |
 //! | `distributed_lock_wait_seconds` | histogram | `lock` | seconds from a call's start to taking its lock (taken locks only) |
@@ -76,6 +76,7 @@ pub const REASON: &str = "reason";
 /// Gives every metric above its unit and description in the installed
 /// recorder. Call it once, after installing the recorder.
 #[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub fn describe() {
     use ::metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
     describe_counter!(

@@ -36,6 +36,22 @@ pub fn key(key: fmt::Arguments<'_>) -> Key {
     }))
 }
 
+/// What the error type of an annotated function needs: `From<LockError>`,
+/// every type with it has it. Its own trait so that the error for a type
+/// without it says what to do, rather than naming this module's functions.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot carry a lock failure: it does not implement \
+               `From<lock_runtime::LockError>`",
+    label = "the error type of this `#[distributed_lock]` function",
+    note = "implement `From<lock_runtime::LockError>` for `{Self}`, so that a lock timeout, \
+            loss or Redis failure can be returned as `Err({Self}::from(error))` (for example \
+            a variant `Lock(#[from] LockError)` with thiserror), or return \
+            `Result<_, lock_runtime::LockError>`"
+)]
+pub trait FromLockError: From<LockError> {}
+
+impl<E: From<LockError>> FromLockError for E {}
+
 /// Runs `body` under the lock `key` on the client in use.
 ///
 /// Not an `async fn`: one layer less around the body's future, which an
@@ -47,7 +63,7 @@ pub fn run_locked<T, E, F>(
 ) -> impl Future<Output = Result<T, E>>
 where
     F: Future<Output = Result<T, E>>,
-    E: From<LockError>,
+    E: FromLockError,
 {
     match key.0 {
         Ok((client, key)) => Either::Left(crate::locking::run(client, key, options, body)),
@@ -163,7 +179,7 @@ pub fn run_locked_on<'a, T, E, F>(
 ) -> impl Future<Output = Result<T, E>> + 'a
 where
     F: Future<Output = Result<T, E>> + 'a,
-    E: From<LockError> + 'a,
+    E: FromLockError + 'a,
     T: 'a,
 {
     crate::locking::run(ClientRef::Borrowed(client), key, options, body)

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::backend::Route;
 use crate::client::LockClient;
-use crate::error::LossReason;
+use crate::held::Loss;
 use crate::locking::release;
 
 impl LockClient {
@@ -24,7 +24,7 @@ impl LockClient {
     /// held lock still work. A body still running at the deadline is
     /// stopped at its next await point, as on a loss: its call ends with
     /// [`LockError::Lost`](crate::LockError::Lost) and
-    /// [`LossReason::ShutDown`], since what it did is as incomplete as after
+    /// [`LossReason::ShutDown`](crate::LossReason::ShutDown), since what it did is as incomplete as after
     /// any loss, and its lock is released. Then the watchdog, the
     /// subscriptions and the registry refresh stop, and the client's
     /// registry entry is deleted.
@@ -45,7 +45,7 @@ impl LockClient {
         if !life.idle_by(&inner.io, until).await {
             let stopped = inner.registry.snapshot();
             for held in &stopped {
-                held.lose(LossReason::ShutDown);
+                held.lose(Loss::SHUT_DOWN);
             }
             // Released here too, in case a stopped call is not polled (its
             // own release then finds the lock free, which is harmless).

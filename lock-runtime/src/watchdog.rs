@@ -22,8 +22,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::{Backend, RenewItem, Renewal};
-use crate::error::LossReason;
-use crate::held::HeldLock;
+use crate::held::{HeldLock, Loss};
 use crate::owner_id::OwnerId;
 use crate::telemetry;
 use crate::wakeup::Waiters;
@@ -52,8 +51,8 @@ impl Registry {
     }
 
     /// Marks `held` lost and wakes this client's line for its key.
-    fn lose(&self, held: &HeldLock, reason: LossReason) {
-        held.lose(reason);
+    fn lose(&self, held: &HeldLock, loss: Loss) {
+        held.lose(loss);
         self.waiters.wake_release(held.key.as_bytes(), 0);
     }
 
@@ -110,7 +109,7 @@ impl Registry {
             locks.retain(|_, held| match held.valid_until() {
                 Some(until) if until > now => true,
                 _ => {
-                    self.lose(held, LossReason::Expired);
+                    self.lose(held, Loss::EXPIRED);
                     telemetry::unheld(held);
                     false
                 }
@@ -191,7 +190,7 @@ async fn renew(registry: &Registry, backend: &Backend, due: &[Arc<HeldLock>], ba
                         Renewal::Gone => {
                             telemetry::renewal_found_gone(held);
                             registry.unregister(held.id);
-                            registry.lose(held, LossReason::Taken);
+                            registry.lose(held, Loss::TAKEN);
                         }
                         Renewal::Unknown => {
                             let error = "too few nodes answered in time";

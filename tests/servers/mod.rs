@@ -252,6 +252,31 @@ impl Certs {
         // redis-server runs as this user and reads the key itself.
         certs
     }
+
+    /// The client's key certified again by the CA as an X.509 v1
+    /// certificate (no extensions), which rustls refuses; its path.
+    pub fn client_v1_cert(&self) -> PathBuf {
+        openssl(
+            self.dir.path(),
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "client.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-sha256",
+                "-out",
+                "client-v1.crt",
+            ],
+        );
+        self.dir.path().join("client-v1.crt")
+    }
 }
 
 fn openssl(dir: &Path, args: &[&str]) {

@@ -5,7 +5,8 @@
 //!
 //! One round trip: `ROLE` (master, slave or sentinel) and `CLUSTER MYID`
 //! (answers on a cluster node only) in one pipeline. A user not allowed
-//! either (`NOPERM`), or a server that does not know it, skips that part.
+//! either (`NOPERM`), or a server that does not know it, skips that part;
+//! `NOAUTH` (no password given to a server that needs one) fails it.
 
 use redis::aio::ConnectionLike;
 use redis::{ErrorKind, RedisError, RedisResult, Value};
@@ -24,7 +25,9 @@ pub(crate) enum Expected {
 ///
 /// # Errors
 /// `InvalidClientConfig` naming the node, what it is and what to use
-/// instead; the connection's error if the round trip fails.
+/// instead; for `NOAUTH`, `InvalidClientConfig` naming the node and where
+/// the password goes (the URL lacks it); the connection's error if the
+/// round trip fails.
 pub(crate) async fn check(
     con: &mut (impl ConnectionLike + Send),
     node: &str,
@@ -33,6 +36,14 @@ pub(crate) async fn check(
     let mut pipe = redis::pipe();
     pipe.cmd("ROLE").cmd("CLUSTER").arg("MYID");
     let answers: Vec<RedisResult<Value>> = pipe.ignore_errors().query_async(con).await?;
+    // A connection that sent no password (RESP2 sends no command first)
+    // meets NOAUTH here: every call would.
+    if answers
+        .iter()
+        .any(|a| matches!(a, Err(e) if e.code() == Some("NOAUTH")))
+    {
+        return Err(crate::advice::missing_password(node));
+    }
     let mut answers = answers.into_iter();
     let role = answers.next().and_then(|r| r.ok());
     let in_cluster = matches!(answers.next(), Some(Ok(_)));

@@ -17,8 +17,8 @@ use tracing::Span;
 
 use crate::backend::Route;
 use crate::client::{ClientRef, LockClient};
-use crate::error::{HeldBy, LockError, LossReason};
-use crate::held::{Frame, HeldLock, Term};
+use crate::error::{FoundBy, HeldBy, LockError, LossReason};
+use crate::held::{Frame, HeldLock, Loss, Term};
 use crate::options::LockOptions;
 use crate::ownership;
 use crate::telemetry::{self, UNLABELLED};
@@ -149,7 +149,7 @@ enum Step<T, E> {
     /// The body returned.
     Returned(Result<T, E>),
     /// The lock was found lost before the poll: the body was not polled.
-    Lost(LossReason),
+    Lost(Loss),
 }
 
 impl<F, T, E> Future for Locked<'_, F, T, E>
@@ -225,7 +225,7 @@ where
                     let step = ready!(polled);
                     let result = match step {
                         Step::Returned(result) => result,
-                        Step::Lost(reason) => Err(E::from(lost(frame.held(), reason))),
+                        Step::Lost(loss) => Err(E::from(lost(frame.held(), loss))),
                     };
                     let Phase::Reentered(frame) = mem::replace(this.phase, Phase::Done) else {
                         unreachable!()
@@ -254,11 +254,12 @@ where
                     let result = match step {
                         Step::Returned(result) if !held.is_lost() => result,
                         Step::Returned(_) => {
-                            let reason = held.check_now().unwrap_or(LossReason::Taken);
-                            return Poll::Ready(Err(E::from(on_loss(client, held, reason))));
+                            // Lost while the body ran its last poll.
+                            let loss = held.check_now().unwrap_or(Loss::TAKEN);
+                            return Poll::Ready(Err(E::from(on_loss(client, held, loss))));
                         }
-                        Step::Lost(reason) => {
-                            return Poll::Ready(Err(E::from(on_loss(client, held, reason))));
+                        Step::Lost(loss) => {
+                            return Poll::Ready(Err(E::from(on_loss(client, held, loss))));
                         }
                     };
                     // Polled in the caller's task: the caller's runtime's
@@ -369,10 +370,7 @@ fn reenter<'a, T, E>(
     telemetry::reentered(options.label_name().unwrap_or(UNLABELLED));
     match turn_of.turn().try_take() {
         Take::Taken => Ok(Phase::Reentered(Frame::reentered(turn_of, outer))),
-        Take::Ended => Err(LockError::Lost {
-            key,
-            reason: LossReason::Detached,
-        }),
+        Take::Ended => Err(detached(key)),
         Take::Busy => {
             let wait = options.wait_or(client.inner.wait).min(LockOptions::LONGEST);
             let lent = client.lend();
@@ -406,10 +404,7 @@ async fn wait_turn(
     if taken {
         Ok(Frame::reentered(turn_of, outer))
     } else {
-        Err(LockError::Lost {
-            key,
-            reason: LossReason::Detached,
-        })
+        Err(detached(key))
     }
 }
 
@@ -428,8 +423,8 @@ fn watch<T, E, F>(
 where
     F: Future<Output = Result<T, E>>,
 {
-    if let Some(reason) = frame.check_now() {
-        return Poll::Ready(Step::Lost(reason));
+    if let Some(loss) = frame.check_now() {
+        return Poll::Ready(Step::Lost(loss));
     }
     let body = body
         .as_pin_mut()
@@ -437,20 +432,31 @@ where
     body.poll(cx).map(Step::Returned)
 }
 
-/// The error of a call whose lock `held` was lost for `reason`.
-fn lost(held: &HeldLock, reason: LossReason) -> LockError {
+/// The error of a call whose lock `held` was lost (`loss`).
+fn lost(held: &HeldLock, loss: Loss) -> LockError {
     LockError::Lost {
         key: held.key.clone(),
-        reason,
+        reason: loss.reason,
+        found_by: loss.found_by,
+    }
+}
+
+/// The error of a nested call on `key` made or polled after the hold it
+/// re-entered ended.
+fn detached(key: String) -> LockError {
+    LockError::Lost {
+        key,
+        reason: Loss::DETACHED.reason,
+        found_by: Loss::DETACHED.found_by,
     }
 }
 
 /// A lock found lost while its body ran: frees whatever may remain of it in
 /// the backend, in the background (Redis may be unreachable: the caller does
 /// not wait), and wakes this client's line for the key at once.
-fn on_loss(client: &LockClient, held: Arc<HeldLock>, reason: LossReason) -> LockError {
-    telemetry::lost(&held, reason);
-    let error = lost(&held, reason);
+fn on_loss(client: &LockClient, held: Arc<HeldLock>, loss: Loss) -> LockError {
+    telemetry::lost(&held, loss);
+    let error = lost(&held, loss);
     client.inner.waiters.wake_release(held.key.as_bytes(), 0);
     release_later(client, held, Route::Home);
     error
@@ -472,9 +478,16 @@ fn finish<T, E: From<LockError>>(
         // The body outlived its lease, or the lock was erased or taken
         // while the body ran (a Redis restart, say, before any renewal could
         // notice).
-        Released::NotHeld => held.check_now().unwrap_or(LossReason::Taken),
+        Released::NotHeld => match held.check_now() {
+            Some(Loss {
+                reason: LossReason::Expired,
+                ..
+            }) => LossReason::Expired,
+            _ => LossReason::Taken,
+        },
         Released::Unknown => LossReason::Unconfirmed,
     };
-    telemetry::lost(held, reason);
-    Err(E::from(lost(held, reason)))
+    let loss = Loss::new(reason, FoundBy::Release);
+    telemetry::lost(held, loss);
+    Err(E::from(lost(held, loss)))
 }

@@ -20,8 +20,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Span;
 
-use crate::error::{LockError, LossReason};
-use crate::held::HeldLock;
+use crate::error::LockError;
+use crate::held::{HeldLock, Loss};
 
 /// The label of calls that set none (see [`crate::LockOptions::label`]).
 pub(crate) const UNLABELLED: &str = "unlabelled";
@@ -81,15 +81,16 @@ pub(crate) fn unheld(held: &HeldLock) {
 
 /// The call that took the lock found it lost while the body ran, or at the
 /// release. Logged in the caller's span, where the loss is seen.
-pub(crate) fn lost(held: &HeldLock, reason: LossReason) {
+pub(crate) fn lost(held: &HeldLock, loss: Loss) {
     tracing::warn!(
         key = &*held.key,
         label = held.label,
-        reason = %reason,
+        reason = %loss.reason,
+        found_by = ?loss.found_by,
         held_for = ?held.held_since().elapsed(),
         "lock lost while held"
     );
-    record::lost(held.label, reason, held.held_since());
+    record::lost(held.label, loss.reason, held.held_since());
 }
 
 /// The body ended and the lock was given back.
@@ -104,7 +105,7 @@ pub(crate) fn released(held: &HeldLock) {
 /// A lock already lost by then is reported lost: no caller will see it.
 pub(crate) fn dropped_while_held(held: &HeldLock, panicked: bool) {
     match held.check_now() {
-        Some(reason) => lost(held, reason),
+        Some(loss) => lost(held, loss),
         None => record::released(held.label, held.held_since()),
     }
     tracing::debug!(

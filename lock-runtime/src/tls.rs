@@ -173,12 +173,26 @@ impl TlsConfig {
         self.certify(builder)
     }
 
-    #[cfg(any(feature = "tls-rustls", feature = "tls-native-tls"))]
+    #[cfg(feature = "tls-rustls")]
     fn certify(
         &self,
         builder: redis::cluster::ClusterClientBuilder,
     ) -> Result<redis::cluster::ClusterClientBuilder, RedisError> {
         Ok(builder.certs(self.certificates()))
+    }
+
+    /// redis-rs takes a Cluster's certificates with rustls only.
+    #[cfg(all(feature = "tls-native-tls", not(feature = "tls-rustls")))]
+    fn certify(
+        &self,
+        _builder: redis::cluster::ClusterClientBuilder,
+    ) -> Result<redis::cluster::ClusterClientBuilder, RedisError> {
+        Err(RedisError::from((
+            ErrorKind::InvalidClientConfig,
+            "TLS options (a CA bundle or a client certificate) on Redis Cluster need the \
+             feature `tls-rustls` of lock-runtime: with `tls-native-tls`, a Cluster \
+             connects with the platform's trust store and no client certificate",
+        )))
     }
 
     #[cfg(not(any(feature = "tls-rustls", feature = "tls-native-tls")))]

@@ -1,6 +1,7 @@
 //! The client: one backend, its background thread, its watchdog and waiters.
 
 use std::fmt::{self, Write as _};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,6 @@ use crate::connect::{self, Connecting, Target};
 use crate::error::LockError;
 use crate::io::Io;
 use crate::node_name::node_name;
-use crate::options::LockOptions;
 use crate::owner_id::ClientTag;
 use crate::presence::ClientRecord;
 use crate::replica_sync::ReplicaSync;
@@ -565,6 +565,49 @@ impl LockClientBuilder {
     }
 }
 
+/// TLS options; they apply to every connection the client makes (the node,
+/// each Redlock node). They need `rediss://` URLs and the feature
+/// `tls-rustls` (or `tls-native-tls`).
+impl LockClientBuilder {
+    /// Trusts the CA certificates in `pem` (one or more PEM certificates)
+    /// for the servers' certificates, instead of the platform's roots.
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls.set_ca_pem(pem.into());
+        self
+    }
+
+    /// As [`tls_ca_pem`](Self::tls_ca_pem), read from the file at `path`
+    /// when the client connects; a file that cannot be read fails the
+    /// connect with [`LockError::Connect`](crate::LockError::Connect)
+    /// naming it.
+    pub fn tls_ca_file(mut self, path: impl AsRef<Path>) -> Self {
+        self.tls.set_ca_file(path.as_ref().to_owned());
+        self
+    }
+
+    /// Presents the client certificate `cert` (PEM, the certificate then
+    /// any intermediates) with its private key `key` (PEM) to servers that
+    /// ask for one (mutual TLS, `tls-auth-clients yes`).
+    pub fn tls_client_cert_pem(
+        mut self,
+        cert: impl Into<Vec<u8>>,
+        key: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.tls.set_client_cert_pem(cert.into(), key.into());
+        self
+    }
+
+    /// As [`tls_client_cert_pem`](Self::tls_client_cert_pem), read from the
+    /// files at `cert` and `key` when the client connects; a file that
+    /// cannot be read fails the connect with
+    /// [`LockError::Connect`](crate::LockError::Connect) naming it.
+    pub fn tls_client_cert_files(mut self, cert: impl AsRef<Path>, key: impl AsRef<Path>) -> Self {
+        self.tls
+            .set_client_cert_files(cert.as_ref().to_owned(), key.as_ref().to_owned());
+        self
+    }
+}
+
 /// The client a locked call runs on: borrowed (the caller's, or the global
 /// one), or owned (a scoped one, see [`crate::with_client`]).
 pub(crate) enum ClientRef<'a> {
@@ -663,48 +706,6 @@ impl LockClient {
     /// [`LockClientBuilder::in_memory`].
     pub fn in_memory() -> LockClient {
         Self::builder().in_memory()
-    }
-
-    /// Runs `body` while holding the lock `key` (the prefix is added), with
-    /// the same ownership, renewal and loss rules as the attribute.
-    ///
-    /// ```
-    /// # #[tokio::main(flavor = "current_thread")]
-    /// # async fn main() -> Result<(), lock_runtime::LockError> {
-    /// use lock_runtime::{LockClient, LockError, LockOptions};
-    ///
-    /// let client = LockClient::in_memory();
-    /// let user = 42;
-    /// let n = client
-    ///     .run_locked(&format!("user:{user}"), LockOptions::new(), async {
-    ///         Ok::<_, LockError>(1)
-    ///     })
-    ///     .await?;
-    /// assert_eq!(n, 1);
-    /// # Ok(())
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    /// `Err(E::from(e))` for every [`LockError`] `e`: the lock was not taken
-    /// within `wait` ([`LockError::Timeout`]), the backend failed, or the lock
-    /// was lost while `body` ran ([`LockError::Lost`]; `body` was dropped
-    /// there). Otherwise what `body` returned.
-    pub fn run_locked<'a, T, E, F>(
-        &'a self,
-        key: &str,
-        options: LockOptions,
-        body: F,
-    ) -> impl std::future::Future<Output = Result<T, E>> + 'a
-    where
-        F: std::future::Future<Output = Result<T, E>> + 'a,
-        E: From<LockError> + 'a,
-        T: 'a,
-    {
-        // Not an `async fn`: the key is rendered now, and the body's future
-        // is not held a second time by an extra layer.
-        let key = self.full_key(format_args!("{key}"));
-        crate::locking::run(ClientRef::Borrowed(self), key, options, body)
     }
 
     /// How many locks this client's watchdog is renewing now.

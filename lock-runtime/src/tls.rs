@@ -20,12 +20,10 @@
 //! installs its own provider before connecting keeps it.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use redis::{Client, ErrorKind, IntoConnectionInfo, RedisError};
-
-use crate::client::LockClientBuilder;
 
 /// PEM text, given as bytes or read from a file at connect.
 #[derive(Clone)]
@@ -68,6 +66,27 @@ pub(crate) struct TlsOptions {
 }
 
 impl TlsOptions {
+    /// Trust the CA certificates in `pem`.
+    pub(crate) fn set_ca_pem(&mut self, pem: Vec<u8>) {
+        self.ca = Some(Pem::Bytes(pem.into()));
+    }
+
+    /// Trust the CA certificates in the file at `path`, read at connect.
+    pub(crate) fn set_ca_file(&mut self, path: PathBuf) {
+        self.ca = Some(Pem::File(path));
+    }
+
+    /// Present the client certificate `cert` with its key `key` (PEM).
+    pub(crate) fn set_client_cert_pem(&mut self, cert: Vec<u8>, key: Vec<u8>) {
+        self.client_cert = Some((Pem::Bytes(cert.into()), Pem::Bytes(key.into())));
+    }
+
+    /// As [`set_client_cert_pem`](Self::set_client_cert_pem), from files
+    /// read at connect.
+    pub(crate) fn set_client_cert_files(&mut self, cert: PathBuf, key: PathBuf) {
+        self.client_cert = Some((Pem::File(cert), Pem::File(key)));
+    }
+
     /// Reads the files the options name.
     ///
     /// # Errors
@@ -247,50 +266,6 @@ fn install_crypto_provider() -> Result<(), RedisError> {
         ErrorKind::InvalidClientConfig,
         "`rediss://` URLs need the feature `tls-rustls` (or `tls-native-tls`) of lock-runtime",
     )))
-}
-
-/// TLS options; they apply to every connection the client makes (the node,
-/// each Redlock node). They need `rediss://` URLs and the feature
-/// `tls-rustls` (or `tls-native-tls`).
-impl LockClientBuilder {
-    /// Trusts the CA certificates in `pem` (one or more PEM certificates)
-    /// for the servers' certificates, instead of the platform's roots.
-    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls.ca = Some(Pem::Bytes(pem.into().into()));
-        self
-    }
-
-    /// As [`tls_ca_pem`](Self::tls_ca_pem), read from the file at `path`
-    /// when the client connects; a file that cannot be read fails the
-    /// connect with [`LockError::Connect`](crate::LockError::Connect)
-    /// naming it.
-    pub fn tls_ca_file(mut self, path: impl AsRef<Path>) -> Self {
-        self.tls.ca = Some(Pem::File(path.as_ref().to_owned()));
-        self
-    }
-
-    /// Presents the client certificate `cert` (PEM, the certificate then
-    /// any intermediates) with its private key `key` (PEM) to servers that
-    /// ask for one (mutual TLS, `tls-auth-clients yes`).
-    pub fn tls_client_cert_pem(
-        mut self,
-        cert: impl Into<Vec<u8>>,
-        key: impl Into<Vec<u8>>,
-    ) -> Self {
-        let cert = Pem::Bytes(cert.into().into());
-        self.tls.client_cert = Some((cert, Pem::Bytes(key.into().into())));
-        self
-    }
-
-    /// As [`tls_client_cert_pem`](Self::tls_client_cert_pem), read from the
-    /// files at `cert` and `key` when the client connects; a file that
-    /// cannot be read fails the connect with
-    /// [`LockError::Connect`](crate::LockError::Connect) naming it.
-    pub fn tls_client_cert_files(mut self, cert: impl AsRef<Path>, key: impl AsRef<Path>) -> Self {
-        let cert = Pem::File(cert.as_ref().to_owned());
-        self.tls.client_cert = Some((cert, Pem::File(key.as_ref().to_owned())));
-        self
-    }
 }
 
 #[cfg(test)]

@@ -105,7 +105,13 @@ impl ClusterBackend {
         };
         let subscriptions = ShardedSubscriptions::start(urls, config, on_push)?;
         let synced = match sync {
-            Some(sync) => Some(Arc::new(SyncedAcquires::connect(urls, config, sync).await?)),
+            Some(sync) => {
+                // Each answer may take the command timeout plus the
+                // replicas' timeout.
+                let response = config.command_timeout.saturating_add(sync.timeout);
+                let client = cluster_client(urls, config, response)?;
+                Some(Arc::new(SyncedAcquires::connect(&client, sync).await?))
+            }
             None => None,
         };
         Ok(ClusterBackend {

@@ -18,12 +18,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::future::try_join_all;
+use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 use tokio::sync::Mutex;
 
-use super::cluster::cluster_client;
-use super::redis::{acquired, RedisConfig, ACQUIRE};
+use super::redis::{acquired, ACQUIRE};
 use super::{millis, Acquire};
 use crate::replica_sync::ReplicaSync;
 
@@ -38,15 +38,12 @@ pub(crate) struct SyncedAcquires {
 }
 
 impl SyncedAcquires {
-    /// Connects the pool; each answer may take the command timeout plus
-    /// the replicas' timeout.
+    /// Connects the pool through `client`, whose response timeout covers
+    /// the command timeout and the replicas' timeout.
     pub(crate) async fn connect(
-        urls: &[String],
-        config: &RedisConfig,
+        client: &ClusterClient,
         sync: ReplicaSync,
     ) -> Result<Self, RedisError> {
-        let response = config.command_timeout.saturating_add(sync.timeout);
-        let client = cluster_client(urls, config, response)?;
         let connecting = (0..CONNECTIONS).map(|_| client.get_async_connection());
         let connections = try_join_all(connecting).await?;
         Ok(SyncedAcquires {

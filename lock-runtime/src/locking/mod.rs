@@ -46,6 +46,50 @@ where
     }
 }
 
+impl LockClient {
+    /// Runs `body` while holding the lock `key` (the prefix is added), with
+    /// the same ownership, renewal and loss rules as the attribute.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// use lock_runtime::{LockClient, LockError, LockOptions};
+    ///
+    /// let client = LockClient::in_memory();
+    /// let user = 42;
+    /// let n = client
+    ///     .run_locked(&format!("user:{user}"), LockOptions::new(), async {
+    ///         Ok::<_, LockError>(1)
+    ///     })
+    ///     .await?;
+    /// assert_eq!(n, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// `Err(E::from(e))` for every [`LockError`] `e`: the lock was not taken
+    /// within `wait` ([`LockError::Timeout`]), the backend failed, or the lock
+    /// was lost while `body` ran ([`LockError::Lost`]; `body` was dropped
+    /// there). Otherwise what `body` returned.
+    pub fn run_locked<'a, T, E, F>(
+        &'a self,
+        key: &str,
+        options: LockOptions,
+        body: F,
+    ) -> impl std::future::Future<Output = Result<T, E>> + 'a
+    where
+        F: std::future::Future<Output = Result<T, E>> + 'a,
+        E: From<LockError> + 'a,
+        T: 'a,
+    {
+        // Not an `async fn`: the key is rendered now, and the body's future
+        // is not held a second time by an extra layer.
+        let key = self.full_key(format_args!("{key}"));
+        run(ClientRef::Borrowed(self), key, options, body)
+    }
+}
+
 pin_project! {
     /// A locked call: takes the lock (or finds it held around the call),
     /// runs the body under it while watching for loss, then releases it.

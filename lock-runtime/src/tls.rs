@@ -274,8 +274,9 @@ mod tests {
 
     #[test]
     fn tls_options_with_a_plain_url_are_refused() {
-        let options = LockClientBuilder::default().tls_ca_pem("not read yet");
-        let config = options.tls.load().expect("bytes need no reading");
+        let mut options = TlsOptions::default();
+        options.set_ca_pem(b"not read yet".to_vec());
+        let config = options.load().expect("bytes need no reading");
         let error = config.client("redis://:secret@127.0.0.1:1").unwrap_err();
         let shown = error.to_string();
         assert!(shown.contains("rediss://"), "{shown}");
@@ -284,15 +285,16 @@ mod tests {
 
     #[test]
     fn a_missing_file_is_named() {
-        let options =
-            LockClientBuilder::default().tls_client_cert_files("/no/cert.pem", "/no/key.pem");
-        let error = options.tls.load().err().expect("no such file");
+        let mut options = TlsOptions::default();
+        options.set_client_cert_files("/no/cert.pem".into(), "/no/key.pem".into());
+        let error = options.load().err().expect("no such file");
         assert!(error.to_string().contains("/no/cert.pem"), "{error}");
     }
 
     #[test]
     fn debug_never_shows_a_key() {
-        let options = LockClientBuilder::default().tls_client_cert_pem("CERT", "PRIVATE-KEY-BYTES");
+        let mut options = TlsOptions::default();
+        options.set_client_cert_pem(b"CERT".to_vec(), b"PRIVATE-KEY-BYTES".to_vec());
         let shown = format!("{options:?}");
         assert!(!shown.contains("PRIVATE-KEY-BYTES"), "{shown}");
     }

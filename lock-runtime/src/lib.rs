@@ -147,6 +147,7 @@
 mod advice;
 mod announce;
 mod backend;
+mod builder;
 mod client;
 mod clock;
 mod connect;
@@ -192,7 +193,8 @@ pub mod __private {
     pub use crate::private::*;
 }
 
-pub use client::{LockClient, LockClientBuilder};
+pub use builder::LockClientBuilder;
+pub use client::LockClient;
 pub use error::{FoundBy, HeldBy, LockError, LossReason, NodeFailure};
 pub use fencing::{fencing_token, fencing_token_of};
 pub use global::{client, init, with_client};

@@ -225,31 +225,17 @@ where
                         }
                     }
                 }
-                Phase::Acquiring(acquiring) => match ready!(acquiring.as_mut().poll(cx)) {
-                    Ok(held) => {
-                        let held = Arc::new(held);
-                        // Registered before the check: a shutdown that
-                        // closes after the check finds the lock among the
-                        // registered ones, and one that closed before it
-                        // is seen here.
-                        client.inner.registry.register(held.clone());
-                        if client.inner.tag.life.is_closed() {
-                            // Taken while the client shut down: given back.
-                            client.inner.registry.unregister(held.id);
-                            let key = held.key.clone();
-                            release_later(client, held, Route::Home);
+                Phase::Acquiring(acquiring) => {
+                    let taken = ready!(acquiring.as_mut().poll(cx));
+                    match taken.and_then(|held| enter_hold(client, held)) {
+                        Ok(frame) => *this.phase = Phase::Holding(frame),
+                        Err(error) => {
                             *this.phase = Phase::Done;
                             this.body.set(None);
-                            return Poll::Ready(Err(E::from(LockError::ShutDown { key })));
+                            return Poll::Ready(Err(E::from(error)));
                         }
-                        *this.phase = Phase::Holding(Frame::Taken(held));
                     }
-                    Err(error) => {
-                        *this.phase = Phase::Done;
-                        this.body.set(None);
-                        return Poll::Ready(Err(E::from(error)));
-                    }
-                },
+                }
                 Phase::Turning(turning) => match ready!(turning.as_mut().poll(cx)) {
                     Ok(frame) => *this.phase = Phase::Reentered(frame),
                     Err(error) => {
@@ -262,11 +248,7 @@ where
                     // No waker to leave: the call that took the lock runs
                     // this one inside its body, and stops it on loss. A call
                     // moved out of that body stops at its next poll.
-                    let body = this.body.as_mut();
-                    *this.in_body = true;
-                    let polled = ownership::within(frame, || watch(frame, body, cx));
-                    *this.in_body = false;
-                    let step = ready!(polled);
+                    let step = ready!(poll_in(frame, this.body.as_mut(), this.in_body, cx));
                     let result = match step {
                         Step::Returned(result) => result,
                         Step::Lost(loss) => Err(E::from(lost(frame.held(), loss))),
@@ -281,11 +263,7 @@ where
                 }
                 Phase::Holding(frame) => {
                     frame.held().wake_on_loss(cx.waker());
-                    let body = this.body.as_mut();
-                    *this.in_body = true;
-                    let polled = ownership::within(frame, || watch(frame, body, cx));
-                    *this.in_body = false;
-                    let step = ready!(polled);
+                    let step = ready!(poll_in(frame, this.body.as_mut(), this.in_body, cx));
                     let Phase::Holding(frame) = mem::replace(this.phase, Phase::Done) else {
                         unreachable!()
                     };
@@ -330,6 +308,22 @@ where
             }
         }
     }
+}
+
+/// A lock just taken, as the frame its body runs in: registered with the
+/// watchdog, then checked against a shutdown. Registered first: a shutdown
+/// that closes after the check finds the lock among the registered ones,
+/// and one that closed before it is seen here, and the lock is given back.
+fn enter_hold(client: &LockClient, held: HeldLock) -> Result<Frame, LockError> {
+    let held = Arc::new(held);
+    client.inner.registry.register(held.clone());
+    if client.inner.tag.life.is_closed() {
+        client.inner.registry.unregister(held.id);
+        let key = held.key.clone();
+        release_later(client, held, Route::Home);
+        return Err(LockError::ShutDown { key });
+    }
+    Ok(Frame::Taken(held))
 }
 
 /// The span of a call on `key` with `options`, if a subscriber records it.
@@ -450,6 +444,23 @@ async fn wait_turn(
     } else {
         Err(detached(key))
     }
+}
+
+/// One poll of the body in `frame`'s scope (see [`watch`]), with `in_body`
+/// set while it runs.
+fn poll_in<T, E, F>(
+    frame: &Frame,
+    body: Pin<&mut Option<F>>,
+    in_body: &mut bool,
+    cx: &mut Context<'_>,
+) -> Poll<Step<T, E>>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    *in_body = true;
+    let polled = ownership::within(frame, || watch(frame, body, cx));
+    *in_body = false;
+    polled
 }
 
 /// One poll of the body, unless the lock is found lost.

@@ -90,9 +90,9 @@ pub enum LockError {
 
     /// Fewer replicas than [`sync_replicas`](crate::LockClientBuilder::sync_replicas)
     /// asks for acknowledged the lock's write within its timeout: the lock
-    /// is given back in the background (sent again if that fails, as any
-    /// release is; left to its lease if Redis cannot be reached) and the
-    /// body did not run.
+    /// is given back (by a task in the background, which the call waits
+    /// for; sent again if that fails, as any release is; left to its lease
+    /// if Redis cannot be reached) and the body did not run.
     #[error("lock `{key}`: {acked} of the {needed} replicas asked for acknowledged the lock within {timeout:?}; it is given back, and the body did not run")]
     #[non_exhaustive]
     NotReplicated {

@@ -88,8 +88,8 @@ async fn take(
     };
     let owner_id = OwnerId::new(&inner.tag.id, owner);
     // The hold that a granting answer to a request sent at `sent` gives:
-    // the lock, or an error once a hold that too few replicas acknowledged
-    // is handed to the background to be given back.
+    // the lock, or, when too few replicas acknowledged it, the hold to give
+    // back and how many did.
     let won = |key: String, answer: Acquire, sent: Instant| {
         let chain = (inner.tag.clone(), parent);
         let prefix = inner.prefix.len();
@@ -101,7 +101,7 @@ async fn take(
         let held = HeldLock::new(id, chain, (key, prefix), term, token, sent);
         match acked {
             None => Ok(held),
-            Some(acked) => Err(not_replicated(client, &route, held, acked)),
+            Some(acked) => Err((held, acked)),
         }
     };
     let lease = term.lease;
@@ -116,7 +116,7 @@ async fn take(
                 return Err(timed_out(client, key, start.elapsed()));
             }
             Ok(Acquire::Held(ttl)) => telemetry::waiting(ttl, *attempts),
-            Ok(answer) => return won(key, answer, start),
+            Ok(answer) => return settle(client, &route, won(key, answer, start)).await,
             Err(source) => return Err(source.on_key(&key, &inner.tag.place)),
         }
     }
@@ -132,7 +132,20 @@ async fn take(
         attempts,
     };
     let (answer, sent) = Box::pin(line.wait(start, start + wait)).await?;
-    won(key, answer, sent)
+    settle(client, &route, won(key, answer, sent)).await
+}
+
+/// The lock, or the error of a hold that too few replicas acknowledged,
+/// once that hold is given back.
+async fn settle(
+    client: &LockClient,
+    route: &Route,
+    won: Result<HeldLock, (HeldLock, usize)>,
+) -> Result<HeldLock, LockError> {
+    match won {
+        Ok(held) => Ok(held),
+        Err((held, acked)) => Err(not_replicated(client, route, held, acked).await),
+    }
 }
 
 /// A contended acquire.
@@ -225,18 +238,25 @@ fn timed_out(client: &LockClient, key: String, waited: Duration) -> LockError {
     }
 }
 
-/// Gives back, in the background, a lock taken without enough replicas
-/// acknowledging it, and gives the caller's error. The release is sent
-/// again if it fails, as any release is, and cannot be cancelled with the
-/// call; one that fails twice leaves the lock to its lease. The body never
-/// runs.
-fn not_replicated(client: &LockClient, route: &Route, held: HeldLock, acked: usize) -> LockError {
+/// Gives back a lock taken without enough replicas acknowledging it, and
+/// gives the caller's error. The release runs in the background, where it
+/// is sent again if it fails, as any release is, and goes on if the call is
+/// dropped; one that fails twice leaves the lock to its lease. The call
+/// waits for it, so that the same call made again at once finds the lock
+/// free. The body never runs.
+async fn not_replicated(
+    client: &LockClient,
+    route: &Route,
+    held: HeldLock,
+    acked: usize,
+) -> LockError {
     let (needed, timeout) = client
         .inner
         .sync_replicas
         .map_or((0, Duration::ZERO), |sync| (sync.replicas, sync.timeout));
     let key = held.key.clone();
-    release_later(client, Arc::new(held), route.clone());
+    let giving_back = release_later(client, Arc::new(held), route.clone());
+    let _ = giving_back.await;
     LockError::NotReplicated {
         key,
         needed,

@@ -67,12 +67,17 @@ pub(crate) async fn release(client: &LockClient, held: &HeldLock, route: &Route)
     released
 }
 
-/// Releases `held` in the background, on the client's runtime.
-pub(crate) fn release_later(client: &LockClient, held: Arc<HeldLock>, route: Route) {
+/// Releases `held` in the background, on the client's runtime; the handle
+/// tells when it is done (dropping it changes nothing).
+pub(crate) fn release_later(
+    client: &LockClient,
+    held: Arc<HeldLock>,
+    route: Route,
+) -> tokio::task::JoinHandle<()> {
     let owned = client.clone();
     client.inner.io.spawn(async move {
         release(&owned, &held, &route).await;
-    });
+    })
 }
 
 /// Releases `held` in the background, on the client's runtime, after its

@@ -7,10 +7,12 @@ use redis::{Connection, Script};
 use support::{parse_lock, RedisServer};
 
 const KEY: &str = "lock:scripted";
+/// The reading of a stored lock that every script starts with.
+const READ: &str = include_str!("../lock-runtime/src/backend/lua/exclusive/read.lua");
 const LEASE_MS: u64 = 30_000;
 
 fn script(name: &str) -> Script {
-    let source = match name {
+    let body = match name {
         "acquire" => include_str!("../lock-runtime/src/backend/lua/exclusive/acquire.lua"),
         "release" => include_str!("../lock-runtime/src/backend/lua/exclusive/release.lua"),
         "renew" => include_str!("../lock-runtime/src/backend/lua/exclusive/renew.lua"),
@@ -21,7 +23,9 @@ fn script(name: &str) -> Script {
         "inspect" => include_str!("../lock-runtime/src/backend/lua/exclusive/inspect.lua"),
         _ => unreachable!(),
     };
-    Script::new(source)
+    // As the library builds them: the shared reading of a stored lock first.
+    let source = format!("{READ}{body}");
+    Script::new(&source)
 }
 
 /// acquire.lua's answer: the token (> 0), or -2 - the holder's TTL.

@@ -11,17 +11,16 @@ use ::redis::{ErrorKind, RedisError, Script};
 use super::cluster::ClusterBackend;
 use super::redis::RedisBackend;
 use super::redlock::RedlockBackend;
+use super::sources;
 use super::{millis, Backend, BackendError, Route};
 use crate::io::polled_on;
 use crate::presence::{ClientRecord, TTL};
 
-static INSPECT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/exclusive/inspect.lua")));
-static FORCE_UNLOCK: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/exclusive/force_unlock.lua")));
+static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(sources::INSPECT));
+static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(sources::FORCE_UNLOCK));
 /// On Cluster, the release notice goes out by sharded pub/sub.
 static FORCE_UNLOCK_SHARDED: LazyLock<Script> = LazyLock::new(|| {
-    let source = include_str!("lua/exclusive/force_unlock.lua");
+    let source = sources::FORCE_UNLOCK;
     let publish = "redis.pcall('publish', key,";
     assert!(source.contains(publish));
     Script::new(&source.replace(publish, "redis.pcall('spublish', key,"))

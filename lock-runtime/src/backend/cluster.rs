@@ -32,6 +32,7 @@ use tokio::runtime::Handle;
 use super::cluster_pubsub::ShardedSubscriptions;
 use super::cluster_replicas::SyncedAcquires;
 use super::redis::{acquired, evalsha, evalsha_cmd, released_answer, RedisConfig, ACQUIRE, RENEW};
+use super::sources;
 use super::{millis, Acquire, Release, RenewItem, Renewal};
 use crate::io::polled_on;
 use crate::replica_sync::ReplicaSync;
@@ -40,7 +41,7 @@ use crate::replica_sync::ReplicaSync;
 /// like the lock key, is in the lock's slot, so the script may publish on
 /// it, and only the slot's shard hears it.
 static RELEASE_SHARDED: LazyLock<Script> = LazyLock::new(|| {
-    let source = include_str!("lua/exclusive/release.lua");
+    let source = sources::RELEASE;
     let publish = "redis.pcall('publish', key,";
     assert!(source.contains(publish));
     Script::new(&source.replace(publish, "redis.pcall('spublish', key,"))
@@ -228,7 +229,7 @@ impl ClusterBackend {
 mod tests {
     #[test]
     fn the_sharded_release_publishes_by_spublish() {
-        let plain = redis::Script::new(include_str!("lua/exclusive/release.lua"));
+        let plain = redis::Script::new(super::sources::RELEASE);
         assert!(super::RELEASE_SHARDED.get_hash() != plain.get_hash());
     }
 }

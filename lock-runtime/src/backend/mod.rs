@@ -19,6 +19,7 @@ pub(crate) mod redis;
 pub(crate) mod redlock;
 pub(crate) mod replicated;
 pub(crate) mod sentinel;
+mod sources;
 pub(crate) mod target;
 
 use std::time::Duration;

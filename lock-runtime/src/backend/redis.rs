@@ -13,22 +13,20 @@ use tokio::runtime::Handle;
 
 use super::local::LocalConnections;
 use super::replicated::Replicated;
+use super::sources;
 use super::{millis, Acquire, Release, RenewItem, Renewal, Route};
 use crate::io::polled_on;
 use crate::replica_sync::ReplicaSync;
 use crate::tls::TlsConfig;
 
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(&acquire_source()));
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/exclusive/release.lua")));
-pub(crate) static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/exclusive/renew.lua")));
-static FENCE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("lua/exclusive/fence.lua")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::RELEASE));
+pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(sources::RENEW));
+static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::FENCE));
 
 /// The acquire script's source.
 fn acquire_source() -> String {
-    let source = include_str!("lua/exclusive/acquire.lua");
+    let source = sources::ACQUIRE;
     if cfg!(feature = "defect-token-without-clock") {
         // The checker's proof: tokens without the clock repeat after a
         // restore from a snapshot.

@@ -23,22 +23,15 @@
 -- microseconds, so tokens keep increasing when the key is gone and when an
 -- older value comes back (a restart from a snapshot), as long as the server
 -- clock does not step back.
+-- Reads the stored lock with read_lock (read.lua, prepended).
 local key, owner = KEYS[1], ARGV[1]
-local value = redis.pcall('get', key)
+local kept, state, holder, bad = read_lock(key)
+if bad then
+  return bad
+end
 local fence = 0
-if value then
-  local kept, state, holder
-  if type(value) == 'string' then
-    kept, state, holder = string.match(value, '^L1:(%d+):([hwf]):(.*)$')
-  end
-  if not kept then
-    return redis.error_reply('LOCKLAYOUT ' .. key .. ' holds no lock of layout 1 (an older lock-runtime, another library, or not a lock)')
-  end
-  -- Exact: a decimal at least 2^53 reads as a number at least 2^53.
+if kept then
   fence = tonumber(kept)
-  if fence > 9007199254740991 then
-    return redis.error_reply('LOCKLAYOUT ' .. key .. ' holds the fence ' .. kept .. ', above 2^53 - 1: Lua numbers do not carry it exactly')
-  end
   if state ~= 'f' then
     if holder == owner then
       redis.call('pexpire', key, ARGV[2])
@@ -52,7 +45,7 @@ if value then
 end
 local now = redis.call('time')
 local token = math.max(fence + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
-if token > 9007199254740991 then
+if token > MAX_FENCE then
   return redis.error_reply('LOCKLAYOUT ' .. key .. ' has no fencing token left below 2^53 - 1 (its fence or the server clock is past it)')
 end
 redis.call('set', key, 'L1:' .. string.format('%d', token) .. ':h:' .. owner, 'px', ARGV[2])

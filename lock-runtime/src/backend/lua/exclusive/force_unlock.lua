@@ -10,22 +10,13 @@
 -- was free or absent: nothing changed.
 -- Errors with LOCKLAYOUT when the key holds anything else (another state,
 -- a fence above 2^53 - 1: see acquire.lua).
+-- Reads the stored lock with read_lock (read.lua, prepended).
 local key = KEYS[1]
-local value = redis.pcall('get', key)
-if not value then
-  return 0
+local fence, state, _, bad = read_lock(key)
+if bad then
+  return bad
 end
-local fence, state
-if type(value) == 'string' then
-  fence, state = string.match(value, '^L1:(%d+):([hwf]):')
-end
-if not fence then
-  return redis.error_reply('LOCKLAYOUT ' .. key .. ' holds no lock of layout 1 (an older lock-runtime, another library, or not a lock)')
-end
-if tonumber(fence) > 9007199254740991 then
-  return redis.error_reply('LOCKLAYOUT ' .. key .. ' holds the fence ' .. fence .. ', above 2^53 - 1: Lua numbers do not carry it exactly')
-end
-if state == 'f' then
+if not fence or state == 'f' then
   return 0
 end
 redis.call('set', key, 'L1:' .. fence .. ':f:', 'keepttl')

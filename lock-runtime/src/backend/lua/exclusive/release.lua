@@ -12,22 +12,13 @@
 -- -1 when ARGV[1] did not hold it (it expired or was taken): nothing changed.
 -- Errors with LOCKLAYOUT when the key holds anything else (another state,
 -- a fence above 2^53 - 1: see acquire.lua).
+-- Reads the stored lock with read_lock (read.lua, prepended).
 local key = KEYS[1]
-local value = redis.pcall('get', key)
-if not value then
-  return -1
+local fence, state, holder, bad = read_lock(key)
+if bad then
+  return bad
 end
-local fence, state, holder
-if type(value) == 'string' then
-  fence, state, holder = string.match(value, '^L1:(%d+):([hwf]):(.*)$')
-end
-if not fence then
-  return redis.error_reply('LOCKLAYOUT ' .. key .. ' holds no lock of layout 1 (an older lock-runtime, another library, or not a lock)')
-end
-if tonumber(fence) > 9007199254740991 then
-  return redis.error_reply('LOCKLAYOUT ' .. key .. ' holds the fence ' .. fence .. ', above 2^53 - 1: Lua numbers do not carry it exactly')
-end
-if state == 'f' or holder ~= ARGV[1] then
+if not fence or state == 'f' or holder ~= ARGV[1] then
   return -1
 end
 redis.call('set', key, 'L1:' .. fence .. ':f:', 'keepttl')

@@ -7,16 +7,14 @@
 -- something else: a wrong type, or a string that acquire.lua refuses with
 -- LOCKLAYOUT (another state, a fence above 2^53 - 1). The owner holds no
 -- lock of layout 1 there, and only that lock is reported, not the batch.
+-- Reads the stored lock with read_lock (read.lua, prepended).
 local renewed = {}
 for i, key in ipairs(KEYS) do
   renewed[i] = 0
-  local value = redis.pcall('get', key)
-  if type(value) == 'string' then
-    local fence, state, holder = string.match(value, '^L1:(%d+):([hwf]):(.*)$')
-    if fence and tonumber(fence) <= 9007199254740991 and state ~= 'f' and holder == ARGV[2 * i - 1] then
-      redis.call('pexpire', key, ARGV[2 * i])
-      renewed[i] = 1
-    end
+  local fence, state, holder, bad = read_lock(key)
+  if fence and not bad and state ~= 'f' and holder == ARGV[2 * i - 1] then
+    redis.call('pexpire', key, ARGV[2 * i])
+    renewed[i] = 1
   end
 end
 return renewed

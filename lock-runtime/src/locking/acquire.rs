@@ -98,11 +98,10 @@ async fn take(
             Acquire::NotReplicated { token, acked } => (token, Some(acked)),
             Acquire::Held(_) => unreachable!("a refusal grants nothing"),
         };
-        let held = HeldLock::new(id, chain, (key, prefix), term, token, sent);
-        match acked {
-            None => Ok(held),
-            Some(acked) => Err((held, acked)),
-        }
+        (
+            HeldLock::new(id, chain, (key, prefix), term, token, sent),
+            acked,
+        )
     };
     let lease = term.lease;
 
@@ -135,16 +134,16 @@ async fn take(
     settle(client, &route, won(key, answer, sent)).await
 }
 
-/// The lock, or the error of a hold that too few replicas acknowledged,
-/// once that hold is given back.
+/// The lock; or, for a hold that only `acked` replicas acknowledged (too
+/// few), the error once that hold is given back.
 async fn settle(
     client: &LockClient,
     route: &Route,
-    won: Result<HeldLock, (HeldLock, usize)>,
+    (held, acked): (HeldLock, Option<usize>),
 ) -> Result<HeldLock, LockError> {
-    match won {
-        Ok(held) => Ok(held),
-        Err((held, acked)) => Err(not_replicated(client, route, held, acked).await),
+    match acked {
+        None => Ok(held),
+        Some(acked) => Err(not_replicated(client, route, held, acked).await),
     }
 }
 

@@ -7,6 +7,29 @@ use lock_runtime::{FoundBy, LockClient, LockError, LockOptions, LossReason};
 use support::{Holder, RedisServer};
 use tokio::time::Instant;
 
+/// The message, key, reason and step of a `Lost` error; panics on anything
+/// else.
+fn lost_parts<T: std::fmt::Debug>(
+    result: Result<T, LockError>,
+) -> (String, String, LossReason, FoundBy) {
+    match result {
+        Err(error @ LockError::Lost { .. }) => {
+            let shown = error.to_string();
+            let LockError::Lost {
+                key,
+                reason,
+                found_by,
+                ..
+            } = error
+            else {
+                unreachable!()
+            };
+            (shown, key, reason, found_by)
+        }
+        other => panic!("expected Lost, got {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewal_that_finds_the_lock_gone_stops_the_body() {
     let server = RedisServer::start();
@@ -28,25 +51,11 @@ async fn a_renewal_that_finds_the_lock_gone_stops_the_body() {
         .expect("SET");
     let deleted = Instant::now();
     let result = holder.outcome().await;
-    match result {
-        Err(error @ LockError::Lost { .. }) => {
-            let shown = error.to_string();
-            let LockError::Lost {
-                key,
-                reason,
-                found_by,
-                ..
-            } = error
-            else {
-                unreachable!()
-            };
-            assert_eq!(key, "lock:vanishing");
-            assert_eq!(reason, LossReason::Taken);
-            assert_eq!(found_by, FoundBy::Renewal);
-            assert!(shown.contains("a renewal found it"), "{shown}");
-        }
-        other => panic!("expected Lost, got {other:?}"),
-    }
+    let (shown, key, reason, found_by) = lost_parts(result);
+    assert_eq!(key, "lock:vanishing");
+    assert_eq!(reason, LossReason::Taken);
+    assert_eq!(found_by, FoundBy::Renewal);
+    assert!(shown.contains("a renewal found it"), "{shown}");
     // Found at the next renewal, a third of the lease later.
     assert!(
         deleted.elapsed() < Duration::from_secs(3),
@@ -72,27 +81,13 @@ async fn a_release_that_finds_the_lock_gone_reports_the_loss() {
             Ok::<_, LockError>("the body finished")
         })
         .await;
-    match result {
-        Err(error @ LockError::Lost { .. }) => {
-            let shown = error.to_string();
-            let LockError::Lost {
-                key,
-                reason,
-                found_by,
-                ..
-            } = error
-            else {
-                unreachable!()
-            };
-            assert_eq!(key, "lock:gone-early");
-            assert_eq!(reason, LossReason::Taken);
-            assert_eq!(found_by, FoundBy::Release);
-            // No renewal ran: the message says the release found it.
-            assert!(shown.contains("the release"), "{shown}");
-            assert!(!shown.contains("renewal"), "{shown}");
-        }
-        other => panic!("expected Lost, got {other:?}"),
-    }
+    let (shown, key, reason, found_by) = lost_parts(result);
+    assert_eq!(key, "lock:gone-early");
+    assert_eq!(reason, LossReason::Taken);
+    assert_eq!(found_by, FoundBy::Release);
+    // No renewal ran: the message says the release found it.
+    assert!(shown.contains("the release"), "{shown}");
+    assert!(!shown.contains("renewal"), "{shown}");
 }
 
 /// A restart of a Redis without persistence forgets every lock: holders

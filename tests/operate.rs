@@ -352,7 +352,7 @@ async fn a_callers_own_connection_is_named_too() {
         .await
         .expect("connect");
     // A current-thread runtime that keeps calling gets a connection of its
-    // own after a few calls (see backend/local.rs).
+    // own after a few calls (see route/local.rs).
     let mut named = false;
     for _ in 0..200 {
         client

@@ -8,19 +8,19 @@ use support::{parse_lock, RedisServer};
 
 const KEY: &str = "lock:scripted";
 /// The reading of a stored lock that every script starts with.
-const READ: &str = include_str!("../lock-runtime/src/backend/lua/exclusive/read.lua");
+const READ: &str = include_str!("../lock-runtime/src/kind/lua/exclusive/read.lua");
 const LEASE_MS: u64 = 30_000;
 
 fn script(name: &str) -> Script {
     let body = match name {
-        "acquire" => include_str!("../lock-runtime/src/backend/lua/exclusive/acquire.lua"),
-        "release" => include_str!("../lock-runtime/src/backend/lua/exclusive/release.lua"),
-        "renew" => include_str!("../lock-runtime/src/backend/lua/exclusive/renew.lua"),
-        "fence" => include_str!("../lock-runtime/src/backend/lua/exclusive/fence.lua"),
+        "acquire" => include_str!("../lock-runtime/src/kind/lua/exclusive/acquire.lua"),
+        "release" => include_str!("../lock-runtime/src/kind/lua/exclusive/release.lua"),
+        "renew" => include_str!("../lock-runtime/src/kind/lua/exclusive/renew.lua"),
+        "fence" => include_str!("../lock-runtime/src/kind/lua/exclusive/fence.lua"),
         "force_unlock" => {
-            include_str!("../lock-runtime/src/backend/lua/exclusive/force_unlock.lua")
+            include_str!("../lock-runtime/src/kind/lua/exclusive/force_unlock.lua")
         }
-        "inspect" => include_str!("../lock-runtime/src/backend/lua/exclusive/inspect.lua"),
+        "inspect" => include_str!("../lock-runtime/src/kind/lua/exclusive/inspect.lua"),
         _ => unreachable!(),
     };
     // As the library builds them: the shared reading of a stored lock first.

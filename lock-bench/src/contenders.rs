@@ -23,14 +23,14 @@ pub const PREFIX: &str = "lock:";
 /// The library's own scripts, called directly: the floor.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        include_str!("../../lock-runtime/src/backend/lua/exclusive/read.lua"),
-        include_str!("../../lock-runtime/src/backend/lua/exclusive/acquire.lua")
+        include_str!("../../lock-runtime/src/kind/lua/exclusive/read.lua"),
+        include_str!("../../lock-runtime/src/kind/lua/exclusive/acquire.lua")
     ))
 });
 static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(concat!(
-        include_str!("../../lock-runtime/src/backend/lua/exclusive/read.lua"),
-        include_str!("../../lock-runtime/src/backend/lua/exclusive/release.lua")
+        include_str!("../../lock-runtime/src/kind/lua/exclusive/read.lua"),
+        include_str!("../../lock-runtime/src/kind/lua/exclusive/release.lua")
     ))
 });
 /// A fencing token from acquire.lua, given back to release.lua (`ARGV[3]`).

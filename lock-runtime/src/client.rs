@@ -5,11 +5,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::Backend;
 use crate::io::Io;
 use crate::owner_id::ClientTag;
 use crate::presence::ClientRecord;
 use crate::replica_sync::ReplicaSync;
+use crate::route::Backend;
 use crate::wakeup::Waiters;
 use crate::watchdog::Registry;
 

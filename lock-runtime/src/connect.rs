@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use redis::PushInfo;
 
-use crate::backend::cluster::ClusterBackend;
-use crate::backend::redis::{self as redis_backend, RedisBackend, RedisConfig};
-use crate::backend::redlock::{Node, RedlockBackend};
-use crate::backend::sentinel::{MasterAuth, SentinelBackend};
-use crate::backend::target::Expected;
-use crate::backend::{Backend, BackendError};
 use crate::node_name::node_name;
 use crate::presence::ClientRecord;
+use crate::route::cluster::ClusterBackend;
+use crate::route::node::{self as redis_backend, RedisBackend, RedisConfig};
+use crate::route::redlock::{Node, RedlockBackend};
+use crate::route::sentinel::{MasterAuth, SentinelBackend};
+use crate::route::target::Expected;
+use crate::route::{Backend, BackendError};
 use crate::wakeup::Waiters;
 
 /// What the pushes of a client's connections do: wake its waiters on a

@@ -6,7 +6,7 @@
 //! a global client keeps renewing while application runtimes come and go.
 //! (Calls from a current-thread runtime that keeps calling still skip the
 //! hop to that thread: they take a connection driven by their own runtime,
-//! see `backend/local.rs`.) A client built with
+//! see `route/local.rs`.) A client built with
 //! [`crate::LockClientBuilder::on_current_runtime`] uses the runtime that
 //! builds it instead, with no thread of its own, but it stops working when
 //! that runtime shuts down.

@@ -146,7 +146,6 @@
 
 mod advice;
 mod announce;
-mod backend;
 mod builder;
 mod client;
 mod clock;
@@ -159,6 +158,7 @@ pub mod guide;
 mod held;
 mod inspect;
 mod io;
+mod kind;
 mod lifecycle;
 mod locking;
 pub mod metrics;
@@ -169,6 +169,7 @@ mod ownership;
 mod presence;
 mod private;
 mod replica_sync;
+mod route;
 mod shutdown;
 mod subscriptions;
 mod telemetry;

@@ -6,10 +6,10 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
-use crate::backend::Route;
 use crate::client::LockClient;
 use crate::held::Loss;
 use crate::locking::release;
+use crate::route::Lane;
 
 impl LockClient {
     /// Shuts the client down: takes no new locks, lets running bodies
@@ -51,7 +51,7 @@ impl LockClient {
             // own release then finds the lock free, which is harmless).
             let releases = stopped.iter().map(|held| {
                 inner.registry.unregister(held.id);
-                release::release(self, held, &Route::Home)
+                release::release(self, held, &Lane::Home)
             });
             join_all(releases).await;
             drop(stopped);

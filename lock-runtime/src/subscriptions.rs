@@ -21,8 +21,8 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use crate::backend::{Backend, BackendError};
 use crate::io::Io;
+use crate::route::{Backend, BackendError};
 use crate::wakeup::Waiters;
 
 /// How long after a failed subscribe the task tries again, while somebody

@@ -7,10 +7,10 @@ mod build;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::backend::sentinel::MasterAuth;
 use crate::client::LockClient;
 use crate::error::LockError;
 use crate::replica_sync::ReplicaSync;
+use crate::route::sentinel::MasterAuth;
 use crate::tls::TlsOptions;
 
 /// Options of a [`LockClient`], with their defaults.

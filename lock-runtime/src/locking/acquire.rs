@@ -6,12 +6,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::backend::{Acquire, BackendError, Route};
 use crate::client::LockClient;
 use crate::error::{HeldBy, LockError};
 use crate::held::{Frame, HeldLock, Term};
+use crate::kind::Acquire;
 use crate::locking::release::release_later;
 use crate::owner_id::OwnerId;
+use crate::route::{BackendError, Lane};
 use crate::telemetry;
 
 /// How long a waiter sleeps when the holder's lock has no expiry (someone
@@ -25,7 +26,7 @@ pub(crate) struct Request {
     pub term: Term,
     pub wait: Duration,
     /// The connection the call's requests take.
-    pub route: Route,
+    pub lane: Lane,
 }
 
 /// Takes the lock for a new acquisition, waiting up to `wait`.
@@ -77,7 +78,7 @@ async fn take(
         parent,
         term,
         wait,
-        route,
+        lane,
     } = request;
     let id = client.new_lock_id();
     // The acquisition's owner id; the checker's proof can make nested
@@ -109,13 +110,13 @@ async fn take(
     // behind them. A zero wait always tries once.
     if wait.is_zero() || !inner.waiters.is_waited(&key) {
         *attempts += 1;
-        match attempt(client, &route, &key, &owner_id, lease).await {
+        match attempt(client, &lane, &key, &owner_id, lease).await {
             Ok(Acquire::Held(ttl)) if wait.is_zero() => {
                 telemetry::waiting(ttl, *attempts);
                 return Err(timed_out(client, key, start.elapsed()));
             }
             Ok(Acquire::Held(ttl)) => telemetry::waiting(ttl, *attempts),
-            Ok(answer) => return settle(client, &route, won(key, answer, start)).await,
+            Ok(answer) => return settle(client, &lane, won(key, answer, start)).await,
             Err(source) => return Err(source.on_key(&key, &inner.tag.place)),
         }
     }
@@ -124,33 +125,33 @@ async fn take(
     // need it.
     let line = Line {
         client,
-        route: &route,
+        lane: &lane,
         key: &key,
         owner: &owner_id,
         lease,
         attempts,
     };
     let (answer, sent) = Box::pin(line.wait(start, start + wait)).await?;
-    settle(client, &route, won(key, answer, sent)).await
+    settle(client, &lane, won(key, answer, sent)).await
 }
 
 /// The lock; or, for a hold that only `acked` replicas acknowledged (too
 /// few), the error once that hold is given back.
 async fn settle(
     client: &LockClient,
-    route: &Route,
+    lane: &Lane,
     (held, acked): (HeldLock, Option<usize>),
 ) -> Result<HeldLock, LockError> {
     match acked {
         None => Ok(held),
-        Some(acked) => Err(not_replicated(client, route, held, acked).await),
+        Some(acked) => Err(not_replicated(client, lane, held, acked).await),
     }
 }
 
 /// A contended acquire.
 struct Line<'a> {
     client: &'a LockClient,
-    route: &'a Route,
+    lane: &'a Lane,
     key: &'a str,
     owner: &'a OwnerId,
     lease: Duration,
@@ -188,7 +189,7 @@ impl Line<'_> {
             if head {
                 let sent = Instant::now();
                 *self.attempts += 1;
-                let answer = attempt(self.client, self.route, self.key, self.owner, self.lease);
+                let answer = attempt(self.client, self.lane, self.key, self.owner, self.lease);
                 match answer.await {
                     Ok(Acquire::Held(ttl)) => {
                         telemetry::waiting(ttl, *self.attempts);
@@ -245,7 +246,7 @@ fn timed_out(client: &LockClient, key: String, waited: Duration) -> LockError {
 /// free. The body never runs.
 async fn not_replicated(
     client: &LockClient,
-    route: &Route,
+    lane: &Lane,
     held: HeldLock,
     acked: usize,
 ) -> LockError {
@@ -254,7 +255,7 @@ async fn not_replicated(
         .sync_replicas
         .map_or((0, Duration::ZERO), |sync| (sync.replicas, sync.timeout));
     let key = held.key.clone();
-    let giving_back = release_later(client, Arc::new(held), route.clone());
+    let giving_back = release_later(client, Arc::new(held), lane.clone());
     let _ = giving_back.await;
     LockError::NotReplicated {
         key,
@@ -267,18 +268,18 @@ async fn not_replicated(
 /// One acquire request. If the call is dropped while the request is in
 /// flight, or the request fails with its outcome unknown (a timeout, a
 /// dropped connection), it may still take the lock in the backend: a release
-/// of this acquisition follows it on the same connection (the same route),
+/// of this acquisition follows it on the same connection (the same lane),
 /// so the lock is not left to its lease.
 async fn attempt(
     client: &LockClient,
-    route: &Route,
+    lane: &Lane,
     key: &str,
     owner: &OwnerId,
     lease: Duration,
 ) -> Result<Acquire, BackendError> {
     struct InFlight<'a> {
         client: &'a LockClient,
-        route: &'a Route,
+        lane: &'a Lane,
         key: &'a str,
         owner: &'a OwnerId,
         done: bool,
@@ -289,28 +290,28 @@ async fn attempt(
                 return;
             }
             let client = self.client.clone();
-            let (route, key, owner) = (self.route.clone(), self.key.to_owned(), *self.owner);
+            let (lane, key, owner) = (self.lane.clone(), self.key.to_owned(), *self.owner);
             self.client.inner.io.spawn(async move {
                 let backend = &client.inner.backend;
-                let released = backend.release(&route, &key, &owner, 0).await;
+                let released = backend.release(&lane, &key, &owner, 0).await;
                 if released.is_err() {
                     // The caller's runtime, which drives a local connection,
                     // has ended or does not run, or the connection broke: by
                     // now the acquire has landed or never will, so the
                     // client's connection can follow it.
-                    let _ = backend.release(&Route::Home, &key, &owner, 0).await;
+                    let _ = backend.release(&Lane::Home, &key, &owner, 0).await;
                 }
             });
         }
     }
     let mut in_flight = InFlight {
         client,
-        route,
+        lane,
         key,
         owner,
         done: false,
     };
-    let outcome = client.inner.backend.acquire(route, key, owner, lease).await;
+    let outcome = client.inner.backend.acquire(lane, key, owner, lease).await;
     in_flight.done = !matches!(&outcome, Err(error) if error.outcome_unknown());
     outcome
 }

@@ -15,12 +15,12 @@ use pin_project_lite::pin_project;
 use tokio::time::Instant;
 use tracing::Span;
 
-use crate::backend::Route;
 use crate::client::{ClientRef, LockClient};
 use crate::error::{FoundBy, HeldBy, LockError, LossReason};
 use crate::held::{Frame, HeldLock, Loss, Term};
 use crate::options::LockOptions;
 use crate::ownership;
+use crate::route::Lane;
 use crate::telemetry::{self, UNLABELLED};
 use crate::turn::Take;
 use acquire::Request;
@@ -286,11 +286,11 @@ where
                     };
                     // Polled in the caller's task: the caller's runtime's
                     // connection if it has one.
-                    let route = client.inner.backend.route();
+                    let lane = client.inner.backend.lane();
                     let owned = held.clone();
                     let lent = client.lend();
                     *this.phase = Phase::Releasing {
-                        releasing: Box::pin(async move { release(&lent, &owned, &route).await }),
+                        releasing: Box::pin(async move { release(&lent, &owned, &lane).await }),
                         held,
                         result,
                     };
@@ -320,7 +320,7 @@ fn enter_hold(client: &LockClient, held: HeldLock) -> Result<Frame, LockError> {
     if client.inner.tag.life.is_closed() {
         client.inner.registry.unregister(held.id);
         let key = held.key.clone();
-        release_later(client, held, Route::Home);
+        release_later(client, held, Lane::Home);
         return Err(LockError::ShutDown { key });
     }
     Ok(Frame::Taken(held))
@@ -381,13 +381,13 @@ fn start<'a, T, E>(
     };
     // Chosen here, in the caller's task: a connection of the caller's
     // runtime if it has one.
-    let route = inner.backend.route();
+    let lane = inner.backend.lane();
     let request = Request {
         key,
         parent,
         term,
         wait,
-        route,
+        lane,
     };
     let lent = client.lend();
     Ok(Phase::Acquiring(Box::pin(async move {
@@ -513,7 +513,7 @@ fn on_loss(client: &LockClient, held: Arc<HeldLock>, loss: Loss) -> LockError {
     telemetry::lost(&held, loss);
     let error = lost(&held, loss);
     client.inner.waiters.wake_release(held.key.as_bytes(), 0);
-    release_later(client, held, Route::Home);
+    release_later(client, held, Lane::Home);
     error
 }
 

@@ -4,9 +4,10 @@ use std::sync::Arc;
 
 use tracing::{Instrument, Span};
 
-use crate::backend::{Release, Route};
 use crate::client::LockClient;
 use crate::held::HeldLock;
+use crate::kind::Release;
+use crate::route::Lane;
 use crate::telemetry;
 
 /// How a release ended.
@@ -21,17 +22,17 @@ pub(crate) enum Released {
     Unknown,
 }
 
-/// Frees the lock `held` took, on `route` (the call's connection), and wakes
+/// Frees the lock `held` took, on `lane` (the call's connection), and wakes
 /// this client's waiters on its key. A release that fails is sent once more
 /// on the client's connection, which the first failure has made anew.
 ///
 /// Awaited when the body ends; in the background when the call is dropped
 /// (cancelled, or the body panicked) or the lock was found lost.
-pub(crate) async fn release(client: &LockClient, held: &HeldLock, route: &Route) -> Released {
+pub(crate) async fn release(client: &LockClient, held: &HeldLock, lane: &Lane) -> Released {
     let inner = &client.inner;
     let owner = held.owner_id();
     let backend = &inner.backend;
-    let mut answer = backend.release(route, &held.key, &owner, held.token).await;
+    let mut answer = backend.release(lane, &held.key, &owner, held.token).await;
     if matches!(&answer, Err(error) if error.is_foreign()) {
         // Another program's value at the lock's name: the lock is not there.
         answer = Ok(Release::NotHeld);
@@ -40,7 +41,7 @@ pub(crate) async fn release(client: &LockClient, held: &HeldLock, route: &Route)
     // counts as a success.
     if answer.is_err() && !cfg!(feature = "defect-ok-after-unknown-release") {
         answer = backend
-            .release(&Route::Home, &held.key, &owner, held.token)
+            .release(&Lane::Home, &held.key, &owner, held.token)
             .await;
     }
     let released = match answer {
@@ -72,11 +73,11 @@ pub(crate) async fn release(client: &LockClient, held: &HeldLock, route: &Route)
 pub(crate) fn release_later(
     client: &LockClient,
     held: Arc<HeldLock>,
-    route: Route,
+    lane: Lane,
 ) -> tokio::task::JoinHandle<()> {
     let owned = client.clone();
     client.inner.io.spawn(async move {
-        release(&owned, &held, &route).await;
+        release(&owned, &held, &lane).await;
     })
 }
 
@@ -86,7 +87,7 @@ pub(crate) fn release_later(
 pub(crate) fn release_dropped(client: &LockClient, held: Arc<HeldLock>, span: Span) {
     let owned = client.clone();
     let releasing = async move {
-        let released = release(&owned, &held, &Route::Home).await;
+        let released = release(&owned, &held, &Lane::Home).await;
         telemetry::released_in_background(released == Released::Freed);
     };
     client.inner.io.spawn(releasing.instrument(span));

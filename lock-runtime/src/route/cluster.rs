@@ -29,12 +29,13 @@ use redis::cluster_routing::Slot;
 use redis::{Cmd, FromRedisValue, PushInfo, RedisError, Script, ToRedisArgs};
 use tokio::runtime::Handle;
 
-use super::cluster_pubsub::ShardedSubscriptions;
 use super::cluster_replicas::SyncedAcquires;
-use super::redis::{acquired, evalsha, evalsha_cmd, released_answer, RedisConfig, ACQUIRE, RENEW};
-use super::sources;
-use super::{millis, Acquire, Release, RenewItem, Renewal};
+use super::millis;
+use super::node::{acquired, evalsha, evalsha_cmd, released_answer, RedisConfig, ACQUIRE, RENEW};
+use super::notices::ShardedSubscriptions;
 use crate::io::polled_on;
+use crate::kind::sources;
+use crate::kind::{Acquire, Release, RenewItem, Renewal};
 use crate::replica_sync::ReplicaSync;
 
 /// The release script with `SPUBLISH` for `PUBLISH`: the channel, named
@@ -229,7 +230,7 @@ impl ClusterBackend {
 mod tests {
     #[test]
     fn the_sharded_release_publishes_by_spublish() {
-        let plain = redis::Script::new(super::sources::RELEASE);
+        let plain = redis::Script::new(crate::kind::sources::RELEASE);
         assert!(super::RELEASE_SHARDED.get_hash() != plain.get_hash());
     }
 }

@@ -12,10 +12,11 @@ use redis::{
 use tokio::runtime::Handle;
 
 use super::local::LocalConnections;
-use super::replicated::Replicated;
-use super::sources;
-use super::{millis, Acquire, Release, RenewItem, Renewal, Route};
+use super::replicas::Replicated;
+use super::{millis, Lane};
 use crate::io::polled_on;
+use crate::kind::sources;
+use crate::kind::{Acquire, Release, RenewItem, Renewal};
 use crate::replica_sync::ReplicaSync;
 use crate::tls::TlsConfig;
 
@@ -190,16 +191,16 @@ impl RedisBackend {
 
     /// The connection for one call's requests: the caller's runtime's own
     /// if it has one ready, else the client's.
-    pub(crate) fn route(&self) -> Route {
+    pub(crate) fn lane(&self) -> Lane {
         match self.local.as_ref().and_then(|local| local.get()) {
-            Some((runtime, connection)) => Route::Local(runtime, connection),
-            None => Route::Home,
+            Some((runtime, connection)) => Lane::Local(runtime, connection),
+            None => Lane::Home,
         }
     }
 
     pub(crate) async fn acquire(
         &self,
-        route: &Route,
+        lane: &Lane,
         key: &str,
         owner: &str,
         lease: Duration,
@@ -210,7 +211,7 @@ impl RedisBackend {
         }
         let args = (owner, millis(lease));
         let answer: i64 = self
-            .eval(route, &ACQUIRE, key, args, owner.len() + 20)
+            .eval(lane, &ACQUIRE, key, args, owner.len() + 20)
             .await?;
         acquired(answer)
     }
@@ -300,14 +301,14 @@ pub(crate) fn evalsha_cmd(
 impl RedisBackend {
     pub(crate) async fn release(
         &self,
-        route: &Route,
+        lane: &Lane,
         key: &str,
         owner: &str,
         token: u64,
     ) -> Result<Release, RedisError> {
         let args = (owner, &*self.client_id, token);
         let size = owner.len() + self.client_id.len() + 20;
-        let freed: i64 = self.eval(route, &RELEASE, key, args, size).await?;
+        let freed: i64 = self.eval(lane, &RELEASE, key, args, size).await?;
         Ok(released_answer(freed))
     }
 
@@ -320,31 +321,31 @@ impl RedisBackend {
         token: u64,
     ) -> Result<bool, RedisError> {
         let held: i64 = self
-            .eval(&Route::Home, &FENCE, key, (owner, token), owner.len() + 20)
+            .eval(&Lane::Home, &FENCE, key, (owner, token), owner.len() + 20)
             .await?;
         Ok(held == 1)
     }
 
-    /// Calls `script` on `key` with `args` by EVALSHA, over `route`.
+    /// Calls `script` on `key` with `args` by EVALSHA, over `lane`.
     ///
     /// The command is built in one buffer of about `args_size` bytes more
     /// than the fixed part, rather than through `ScriptInvocation`, which
     /// allocates every argument on its own: this is the hot path.
     pub(crate) async fn eval<T: FromRedisValue>(
         &self,
-        route: &Route,
+        lane: &Lane,
         script: &Script,
         key: &str,
         args: impl ToRedisArgs,
         args_size: usize,
     ) -> Result<T, RedisError> {
         let cmd = evalsha_cmd(script, key, args, args_size);
-        match route {
-            Route::Home => {
+        match lane {
+            Lane::Home => {
                 let mut con = self.commands.clone();
                 polled_on(&self.home, evalsha(script, &cmd, &mut con)).await
             }
-            Route::Local(runtime, con) => {
+            Lane::Local(runtime, con) => {
                 let answer = evalsha(script, &cmd, &mut con.clone()).await;
                 if let (Err(error), Some(local)) = (&answer, &self.local) {
                     local.failed(*runtime, error);

@@ -23,8 +23,9 @@ use redis::cluster_async::ClusterConnection;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 use tokio::sync::Mutex;
 
-use super::redis::{acquired, ACQUIRE};
-use super::{millis, Acquire};
+use super::millis;
+use super::node::{acquired, ACQUIRE};
+use crate::kind::Acquire;
 use crate::replica_sync::ReplicaSync;
 
 /// How many synced acquires may run at once.

@@ -8,18 +8,15 @@
 //! `docs/redis-layout.md`); re-entry is decided in the process and never
 //! reaches a backend.
 
-mod admin;
 pub(crate) mod cluster;
 mod cluster_check;
-mod cluster_pubsub;
 mod cluster_replicas;
 pub(crate) mod local;
-pub(crate) mod memory;
-pub(crate) mod redis;
+pub(crate) mod node;
+mod notices;
 pub(crate) mod redlock;
-pub(crate) mod replicated;
+mod replicas;
 pub(crate) mod sentinel;
-mod sources;
 pub(crate) mod target;
 
 use std::time::Duration;
@@ -30,6 +27,8 @@ use tokio::runtime;
 
 use crate::error::{LockError, NodeFailure};
 use crate::io::polled_on;
+use crate::kind::memory;
+use crate::kind::{Acquire, Release, RenewItem, Renewal};
 
 /// Why a backend could not answer.
 #[derive(Debug, thiserror::Error)]
@@ -96,58 +95,11 @@ impl From<RedisError> for BackendError {
     }
 }
 
-/// The answer to an acquire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Acquire {
-    /// The owner holds the lock now, with this fencing token.
-    Acquired(u64),
-    /// Another owner holds it for about this long more (`None`: no expiry).
-    Held(Option<Duration>),
-    /// The owner took the lock, but fewer replicas than the client's
-    /// `sync_replicas` asks for acknowledged the write in time: the caller
-    /// gives it back in the background and fails.
-    NotReplicated {
-        /// The fencing token of the hold to give back.
-        token: u64,
-        /// How many replicas acknowledged it.
-        acked: usize,
-    },
-}
-
-/// The answer to a release.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Release {
-    /// The acquisition held the lock until now; it is free.
-    Freed,
-    /// The acquisition did not hold it any more (it expired, or was erased
-    /// or taken): nothing changed.
-    NotHeld,
-}
-
-/// What a renewal found, for one lock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Renewal {
-    /// Its lease was reset.
-    Renewed,
-    /// It is gone, held by another owner, or replaced by a value that is
-    /// not a lock of this layout (on Redlock: a quorum said so).
-    Gone,
-    /// Not known (nodes did not answer in time): try again.
-    Unknown,
-}
-
-/// One lock to renew: its key, its owner and its lease.
-pub(crate) struct RenewItem<'a> {
-    pub key: &'a str,
-    pub owner: &'a str,
-    pub lease: Duration,
-}
-
 /// The connection that one call's requests take, chosen once per call: a
 /// release sent while the call's acquire is in flight must follow it on the
 /// same connection.
 #[derive(Clone)]
-pub(crate) enum Route {
+pub(crate) enum Lane {
     /// The client's connection (and every connection of other backends).
     Home,
     /// The connection driven by the caller's runtime (see
@@ -158,7 +110,7 @@ pub(crate) enum Route {
 /// The backends, dispatched by match: all are known to this crate.
 #[derive(Clone)]
 pub(crate) enum Backend {
-    Redis(redis::RedisBackend),
+    Redis(node::RedisBackend),
     Redlock(redlock::RedlockBackend),
     Cluster(cluster::ClusterBackend),
     Memory(memory::MemoryBackend),
@@ -168,22 +120,22 @@ pub(crate) enum Backend {
 
 impl Backend {
     /// The connection for one call made from the current task.
-    pub(crate) fn route(&self) -> Route {
+    pub(crate) fn lane(&self) -> Lane {
         match self {
-            Backend::Redis(b) => b.route(),
-            _ => Route::Home,
+            Backend::Redis(b) => b.lane(),
+            _ => Lane::Home,
         }
     }
 
     pub(crate) async fn acquire(
         &self,
-        route: &Route,
+        lane: &Lane,
         key: &str,
         owner: &str,
         lease: Duration,
     ) -> Result<Acquire, BackendError> {
         match self {
-            Backend::Redis(b) => Ok(b.acquire(route, key, owner, lease).await?),
+            Backend::Redis(b) => Ok(b.acquire(lane, key, owner, lease).await?),
             Backend::Redlock(b) => polled_on(b.home(), b.acquire(key, owner, lease)).await,
             Backend::Cluster(b) => Ok(b.acquire(key, owner, lease).await?),
             Backend::Memory(b) => Ok(b.acquire(key, owner, lease)),
@@ -196,13 +148,13 @@ impl Backend {
     /// wakes once.
     pub(crate) async fn release(
         &self,
-        route: &Route,
+        lane: &Lane,
         key: &str,
         owner: &str,
         token: u64,
     ) -> Result<Release, BackendError> {
         match self {
-            Backend::Redis(b) => Ok(b.release(route, key, owner, token).await?),
+            Backend::Redis(b) => Ok(b.release(lane, key, owner, token).await?),
             Backend::Redlock(b) => polled_on(b.home(), b.release(key, owner, token)).await,
             Backend::Cluster(b) => Ok(b.release(key, owner, token).await?),
             Backend::Memory(b) => Ok(b.release(key, owner)),

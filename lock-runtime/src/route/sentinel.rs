@@ -26,8 +26,9 @@ use std::time::Duration;
 use redis::{ErrorKind, PushInfo, PushKind, RedisError};
 use tokio::runtime::Handle;
 
-use super::redis::{open_client, RedisBackend, RedisConfig};
-use super::{Acquire, Release, RenewItem, Renewal, Route};
+use super::node::{open_client, RedisBackend, RedisConfig};
+use super::Lane;
+use crate::kind::{Acquire, Release, RenewItem, Renewal};
 use crate::node_name::node_name;
 use crate::tls::TlsConfig;
 
@@ -237,10 +238,7 @@ impl SentinelBackend {
         lease: Duration,
     ) -> Result<Acquire, RedisError> {
         let master = self.master();
-        let answer = master
-            .backend
-            .acquire(&Route::Home, key, owner, lease)
-            .await;
+        let answer = master.backend.acquire(&Lane::Home, key, owner, lease).await;
         self.check(&answer);
         answer
     }
@@ -252,10 +250,7 @@ impl SentinelBackend {
         token: u64,
     ) -> Result<Release, RedisError> {
         let master = self.master();
-        let answer = master
-            .backend
-            .release(&Route::Home, key, owner, token)
-            .await;
+        let answer = master.backend.release(&Lane::Home, key, owner, token).await;
         self.check(&answer);
         answer
     }

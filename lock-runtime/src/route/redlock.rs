@@ -20,10 +20,11 @@ use std::time::Duration;
 use redis::{ErrorKind, RedisError};
 use tokio::time::Instant;
 
-use super::redis::RedisBackend;
+use super::node::RedisBackend;
 use super::target::Expected;
-use super::{Acquire, BackendError, Release, RenewItem, Renewal, Route};
+use super::{BackendError, Lane};
 use crate::error::NodeFailure;
+use crate::kind::{Acquire, Release, RenewItem, Renewal};
 
 /// One master.
 #[derive(Clone)]
@@ -126,7 +127,7 @@ impl RedlockBackend {
     ) -> Result<Acquire, BackendError> {
         let sent = Instant::now();
         let answers = self
-            .on_all(|node| node.acquire(&Route::Home, key, owner, lease))
+            .on_all(|node| node.acquire(&Lane::Home, key, owner, lease))
             .await;
         let drift = lease.mul_f64(self.drift_factor) + Duration::from_millis(2);
         let mut tokens = Vec::new();
@@ -157,7 +158,7 @@ impl RedlockBackend {
             // Not taken: give back what was taken, on every node, also where
             // the acquire failed (it may still land there).
             let _ = self
-                .on_all(|node| node.release(&Route::Home, key, owner, 0))
+                .on_all(|node| node.release(&Lane::Home, key, owner, 0))
                 .await;
         }
         if tokens.is_empty() && ttls.len() >= self.quorum() {
@@ -209,7 +210,7 @@ impl RedlockBackend {
         token: u64,
     ) -> Result<Release, BackendError> {
         let answers = self
-            .on_all(|node| node.release(&Route::Home, key, owner, token))
+            .on_all(|node| node.release(&Lane::Home, key, owner, token))
             .await;
         let freed = answers
             .iter()

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use ::redis::{ErrorKind, RedisError, Script};
 
-use super::cluster::ClusterBackend;
-use super::redis::RedisBackend;
-use super::redlock::RedlockBackend;
 use super::sources;
-use super::{millis, Backend, BackendError, Route};
 use crate::io::polled_on;
 use crate::presence::{ClientRecord, TTL};
+use crate::route::cluster::ClusterBackend;
+use crate::route::node::RedisBackend;
+use crate::route::redlock::RedlockBackend;
+use crate::route::{millis, Backend, BackendError, Lane};
 
 static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(sources::INSPECT));
 static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(sources::FORCE_UNLOCK));
@@ -144,7 +144,7 @@ impl Backend {
 
 async fn inspect_node(b: &RedisBackend, key: &str) -> Result<LockView, RedisError> {
     let no_args: Vec<&str> = Vec::new();
-    let parts: Vec<String> = b.eval(&Route::Home, &INSPECT, key, no_args, 0).await?;
+    let parts: Vec<String> = b.eval(&Lane::Home, &INSPECT, key, no_args, 0).await?;
     parse_view(parts)
 }
 
@@ -223,7 +223,7 @@ async fn force_node(
     client_id: &str,
 ) -> Result<Option<u64>, RedisError> {
     let token: u64 = b
-        .eval(&Route::Home, &FORCE_UNLOCK, key, client_id, client_id.len())
+        .eval(&Lane::Home, &FORCE_UNLOCK, key, client_id, client_id.len())
         .await?;
     Ok((token > 0).then_some(token))
 }

@@ -29,7 +29,7 @@ use redis::{
 };
 use tokio::sync::{mpsc, Mutex};
 
-use super::redis::RedisConfig;
+use super::node::RedisConfig;
 
 /// How often a channel whose node went away is tried again, and the pause
 /// between tries; after that its waiters rely on the holder's expiry until

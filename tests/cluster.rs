@@ -519,3 +519,122 @@ async fn a_frozen_master_costs_the_other_masters_locks_nothing() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn synced_renewals_wait_for_a_replica_and_do_not_extend_without_one() {
+    let _serial = SERIAL.lock().await;
+    let cluster = RedisCluster::start();
+    let key = "synced:renewed";
+    let master = cluster.master_of(&format!("lock:{key}"));
+    let replica = cluster.replica_of(master);
+    let synced = client(
+        &cluster,
+        LockClient::builder().sync_replicas(1, Duration::from_millis(300)),
+    )
+    .await;
+    let waits = |i: usize| {
+        let stats = info(&mut cluster.connection(i), "commandstats");
+        let line = stats.lines().find(|l| l.starts_with("cmdstat_wait:"));
+        line.and_then(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .unwrap_or(0)
+    };
+    // A lease of 1.5 s is renewed every 0.5 s; the body outlives 4 leases.
+    let opts = options(Duration::from_secs(5), Duration::from_millis(1500));
+    let paused = std::sync::Mutex::new(None);
+    let answer = synced
+        .run_locked(key, opts, async {
+            let before = waits(master);
+            *paused.lock().unwrap() = Some(cluster.pause(replica));
+            tokio::time::sleep(Duration::from_secs(6)).await;
+            Ok::<_, LockError>(before)
+        })
+        .await;
+    drop(paused.into_inner().unwrap());
+    match answer {
+        Err(LockError::Lost { .. }) => {}
+        other => {
+            panic!("a hold whose renewals no replica acknowledged must be lost, got {other:?}")
+        }
+    }
+    assert!(
+        waits(master) >= 2,
+        "the renewals sent WAIT to the lock's master"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_replica_delays_only_the_synced_calls_on_its_own_master() {
+    let _serial = SERIAL.lock().await;
+    let cluster = RedisCluster::start();
+    let on = |key: &str| cluster.master_of(&format!("lock:{key}"));
+    let slow_master = on("slow:0");
+    let slow_keys: Vec<String> = (0..2000)
+        .map(|i| format!("slow:{i}"))
+        .filter(|k| on(k) == slow_master)
+        .take(40)
+        .collect();
+    assert_eq!(slow_keys.len(), 40);
+    let healthy = (0..200)
+        .map(|i| format!("healthy:{i}"))
+        .find(|k| on(k) != slow_master)
+        .expect("a key on another master");
+    let synced = client(
+        &cluster,
+        LockClient::builder().sync_replicas(1, Duration::from_secs(1)),
+    )
+    .await;
+    let paused = cluster.pause(cluster.replica_of(slow_master));
+    let opts = options(Duration::ZERO, Duration::from_secs(10));
+    let slow: Vec<_> = slow_keys
+        .into_iter()
+        .map(|key| {
+            let synced = synced.clone();
+            tokio::spawn(async move {
+                synced
+                    .run_locked(&key, opts, async { Ok::<_, LockError>(()) })
+                    .await
+            })
+        })
+        .collect();
+    // The slow calls are on the wire: their WAITs block on the slow master.
+    let blocked = || {
+        let clients = info(&mut cluster.connection(slow_master), "clients");
+        clients
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("blocked_clients:")?
+                    .trim()
+                    .parse::<u32>()
+                    .ok()
+            })
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while blocked() < 4 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(blocked() >= 4, "the slow calls' WAITs are blocked");
+    let started = Instant::now();
+    synced
+        .run_locked(&healthy, opts, async { Ok::<_, LockError>(()) })
+        .await
+        .expect("a call on a healthy master's key");
+    let took = started.elapsed();
+    drop(paused);
+    for call in slow {
+        let _ = call.await;
+    }
+    // The replicas' timeout is 1 s; before, the call queued behind the
+    // slow master's calls for several seconds.
+    assert!(
+        took < Duration::from_millis(1500),
+        "the healthy master's call took {took:?}"
+    );
+}

@@ -8,23 +8,19 @@ use std::time::Duration;
 
 use ::redis::{ErrorKind, RedisError, Script};
 
-use super::sources;
+use super::{exclusive, sources};
 use crate::io::polled_on;
 use crate::presence::{ClientRecord, TTL};
 use crate::route::cluster::ClusterBackend;
 use crate::route::node::RedisBackend;
 use crate::route::redlock::RedlockBackend;
-use crate::route::{millis, Backend, BackendError, Lane};
+use crate::route::{millis, Backend, BackendError, Lane, Notices, Route, ScriptCall};
 
 static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(sources::INSPECT));
 static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(sources::FORCE_UNLOCK));
 /// On Cluster, the release notice goes out by sharded pub/sub.
-static FORCE_UNLOCK_SHARDED: LazyLock<Script> = LazyLock::new(|| {
-    let source = sources::FORCE_UNLOCK;
-    let publish = "redis.pcall('publish', key,";
-    assert!(source.contains(publish));
-    Script::new(&source.replace(publish, "redis.pcall('spublish', key,"))
-});
+static FORCE_UNLOCK_SHARDED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&exclusive::sharded(sources::FORCE_UNLOCK)));
 
 /// What one node (or a Redlock quorum) keeps at a lock's key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,12 +46,8 @@ impl Backend {
     pub(crate) async fn inspect(&self, key: &str) -> Result<LockView, BackendError> {
         match self {
             Backend::Redis(b) => Ok(inspect_node(b, key).await?),
-            Backend::Sentinel(b) => Ok(inspect_node(&b.current(), key).await?),
-            Backend::Cluster(b) => {
-                let no_args: Vec<&str> = Vec::new();
-                let parts: Vec<String> = b.eval(&INSPECT, key, no_args, 0).await?;
-                Ok(parse_view(parts)?)
-            }
+            Backend::Sentinel(b) => Ok(inspect_node(b, key).await?),
+            Backend::Cluster(b) => Ok(inspect_node(b, key).await?),
             Backend::Redlock(b) => polled_on(b.home(), inspect_quorum(b, key)).await,
             Backend::Memory(b) => Ok(b.peek(key).map(|(owner, ttl, token)| NodeLock {
                 fence: token,
@@ -75,12 +67,8 @@ impl Backend {
     ) -> Result<Option<u64>, BackendError> {
         match self {
             Backend::Redis(b) => Ok(force_node(b, key, client_id).await?),
-            Backend::Sentinel(b) => Ok(force_node(&b.current(), key, client_id).await?),
-            Backend::Cluster(b) => {
-                let script = &*FORCE_UNLOCK_SHARDED;
-                let token: u64 = b.eval(script, key, client_id, client_id.len()).await?;
-                Ok((token > 0).then_some(token))
-            }
+            Backend::Sentinel(b) => Ok(force_node(b, key, client_id).await?),
+            Backend::Cluster(b) => Ok(force_node(b, key, client_id).await?),
             Backend::Redlock(b) => polled_on(b.home(), force_quorum(b, key, client_id)).await,
             Backend::Memory(b) => Ok(b.force_free(key)),
         }
@@ -142,10 +130,11 @@ impl Backend {
     }
 }
 
-async fn inspect_node(b: &RedisBackend, key: &str) -> Result<LockView, RedisError> {
+/// The lock at `key` on the node `route` sends it to.
+async fn inspect_node(route: &impl Route, key: &str) -> Result<LockView, RedisError> {
     let no_args: Vec<&str> = Vec::new();
-    let parts: Vec<String> = b.eval(&Lane::Home, &INSPECT, key, no_args, 0).await?;
-    parse_view(parts)
+    let call = ScriptCall::new(&INSPECT, key, no_args, 0);
+    parse_view(route.run(&Lane::Home, &call).await?)
 }
 
 /// inspect.lua's answer: nothing, or `{fence, state, owner, pttl}`.
@@ -217,14 +206,18 @@ async fn inspect_quorum(b: &RedlockBackend, key: &str) -> Result<LockView, Backe
     }))
 }
 
+/// Frees the lock at `key` on the node `route` sends it to.
 async fn force_node(
-    b: &RedisBackend,
+    route: &impl Route,
     key: &str,
     client_id: &str,
 ) -> Result<Option<u64>, RedisError> {
-    let token: u64 = b
-        .eval(&Lane::Home, &FORCE_UNLOCK, key, client_id, client_id.len())
-        .await?;
+    let script = match route.notices() {
+        Notices::Plain => &FORCE_UNLOCK,
+        Notices::Sharded => &FORCE_UNLOCK_SHARDED,
+    };
+    let call = ScriptCall::new(script, key, client_id, client_id.len());
+    let token: u64 = route.run(&Lane::Home, &call).await?;
     Ok((token > 0).then_some(token))
 }
 

@@ -4,7 +4,9 @@
 //! its script calls.
 
 pub(crate) mod admin;
+pub(crate) mod exclusive;
 pub(crate) mod memory;
+mod quorum;
 pub(crate) mod sources;
 
 use std::time::Duration;

@@ -1,52 +1,35 @@
-//! Redis Cluster: locks of layout 1 (see `docs/redis-layout.md`), each in
-//! its key's hash slot, sent by redis-rs's cluster connection to the slot's
-//! master (it follows `MOVED` and `ASK` and refreshes the slot map itself).
+//! Redis Cluster: each lock in its key's hash slot, its script calls sent
+//! by redis-rs's cluster connection to the slot's master (it follows `MOVED`
+//! and `ASK` and refreshes the slot map itself).
 //!
-//! - **Scripts** are the single-node ones, called by EVALSHA on the lock key,
-//!   except that the release publishes with `SPUBLISH` (sharded pub/sub: the
-//!   notice goes to the slot's shard only, not to every node).
+//! - **Notices** go out by `SPUBLISH` (sharded pub/sub: to the slot's shard
+//!   only, not to every node) and come in by `SSUBSCRIBE` on connections of
+//!   our own, one per node (see [`super::notices`]).
 //! - **Retries.** The cluster connection sends a command again after a
 //!   dropped connection or a redirect, a few times (`RETRIES`). Every script
 //!   is harmless when run twice for one acquisition: an acquire that meets
 //!   its own owner id answers its token; a second release finds the lock
 //!   free and answers "not held" (then reported as such); a renewal resets
 //!   the same lease.
-//! - **Renewals** are split by slot (a script cannot touch two slots); the
-//!   slots' calls go out at once, and one slot's failure leaves only its
-//!   locks unknown.
-//! - **Wake-ups** come by `SSUBSCRIBE` on connections of our own, one per
-//!   node (see [`super::cluster_pubsub`]).
+//! - **Batches** are one hash slot each (a script cannot touch two slots).
 //! - **Replicas**: with `sync_replicas`, see [`super::cluster_replicas`].
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::join_all;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
-use redis::{Cmd, FromRedisValue, PushInfo, RedisError, Script, ToRedisArgs};
+use redis::{Cmd, FromRedisValue, PushInfo, RedisError, Value};
 use tokio::runtime::Handle;
 
-use super::cluster_replicas::SyncedAcquires;
-use super::millis;
-use super::node::{acquired, evalsha, evalsha_cmd, released_answer, RedisConfig, ACQUIRE, RENEW};
+use super::cluster_replicas::MasterPools;
+use super::node::{evalsha, RedisConfig};
 use super::notices::ShardedSubscriptions;
+use super::{Lane, Notices, Route, ScriptCall};
 use crate::io::polled_on;
-use crate::kind::sources;
-use crate::kind::{Acquire, Release, RenewItem, Renewal};
 use crate::replica_sync::ReplicaSync;
-
-/// The release script with `SPUBLISH` for `PUBLISH`: the channel, named
-/// like the lock key, is in the lock's slot, so the script may publish on
-/// it, and only the slot's shard hears it.
-static RELEASE_SHARDED: LazyLock<Script> = LazyLock::new(|| {
-    let source = sources::RELEASE;
-    let publish = "redis.pcall('publish', key,";
-    assert!(source.contains(publish));
-    Script::new(&source.replace(publish, "redis.pcall('spublish', key,"))
-});
 
 /// How many times the cluster connection sends a command again after a
 /// dropped connection, a redirect (`MOVED`, `ASK`) or `TRYAGAIN` /
@@ -63,7 +46,7 @@ pub(crate) struct ClusterBackend {
     commands: ClusterConnection,
     subscriptions: Arc<ShardedSubscriptions>,
     /// Present only with `sync_replicas`: the off switch costs nothing.
-    synced: Option<Arc<SyncedAcquires>>,
+    synced: Option<Arc<MasterPools>>,
     client_id: Arc<str>,
     home: Handle,
 }
@@ -106,15 +89,13 @@ impl ClusterBackend {
             Err(error) => return Err(super::cluster_check::explain(urls, error).await),
         };
         let subscriptions = ShardedSubscriptions::start(urls, config, on_push)?;
-        let synced = match sync {
-            Some(sync) => {
-                // Each answer may take the command timeout plus the
-                // replicas' timeout.
-                let response = config.command_timeout.saturating_add(sync.timeout);
-                let client = cluster_client(urls, config, response)?;
-                Some(Arc::new(SyncedAcquires::connect(&client, sync).await?))
+        let synced = match (sync, urls.first()) {
+            (Some(sync), Some(seed)) => {
+                let base = config.tls.client(seed)?.get_connection_info().clone();
+                let timeouts = (config.connect_timeout, config.command_timeout);
+                Some(Arc::new(MasterPools::new(sync, base, timeouts)))
             }
-            None => None,
+            _ => None,
         };
         Ok(ClusterBackend {
             commands,
@@ -125,94 +106,10 @@ impl ClusterBackend {
         })
     }
 
-    pub(crate) async fn acquire(
-        &self,
-        key: &str,
-        owner: &str,
-        lease: Duration,
-    ) -> Result<Acquire, RedisError> {
-        if let Some(synced) = &self.synced {
-            return polled_on(&self.home, synced.acquire(key, owner, lease)).await;
-        }
-        let answer = self
-            .eval(&ACQUIRE, key, (owner, millis(lease)), owner.len() + 20)
-            .await?;
-        acquired(answer)
-    }
-
-    pub(crate) async fn release(
-        &self,
-        key: &str,
-        owner: &str,
-        token: u64,
-    ) -> Result<Release, RedisError> {
-        let args = (owner, &*self.client_id, token);
-        let size = owner.len() + self.client_id.len() + 20;
-        let freed: i64 = self.eval(&RELEASE_SHARDED, key, args, size).await?;
-        Ok(released_answer(freed))
-    }
-
     /// Runs `cmd` routed by its key, on the client's cluster connection.
     pub(crate) async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, RedisError> {
         let mut con = self.commands.clone();
         polled_on(&self.home, cmd.query_async(&mut con)).await
-    }
-
-    /// Calls `script` on `key` by EVALSHA, routed by the key to its slot's
-    /// master; the script is loaded there first if that node lacks it (a
-    /// new master after a failover).
-    pub(crate) async fn eval<T: FromRedisValue>(
-        &self,
-        script: &Script,
-        key: &str,
-        args: impl ToRedisArgs,
-        args_size: usize,
-    ) -> Result<T, RedisError> {
-        let cmd = evalsha_cmd(script, key, args, args_size);
-        let mut con = self.commands.clone();
-        polled_on(&self.home, evalsha(script, &cmd, &mut con)).await
-    }
-
-    /// Renewed or gone, per item. The items are grouped by hash slot, one
-    /// script call per slot, all sent at once; a slot whose call fails
-    /// leaves its items unknown and the others go on.
-    pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Vec<Renewal> {
-        let mut slots: HashMap<Slot, Vec<usize>> = HashMap::new();
-        for (i, item) in items.iter().enumerate() {
-            slots.entry(Slot::for_key(item.key)).or_default().push(i);
-        }
-        let calls = slots.into_values().map(|indexes| {
-            let mut call = RENEW.prepare_invoke();
-            for &i in &indexes {
-                let item = &items[i];
-                call.key(item.key).arg(item.owner).arg(millis(item.lease));
-            }
-            let mut con = self.commands.clone();
-            async move {
-                let answer: Result<Vec<i64>, RedisError> = call.invoke_async(&mut con).await;
-                (indexes, answer)
-            }
-        });
-        let answers = polled_on(&self.home, join_all(calls)).await;
-        let mut found = vec![Renewal::Unknown; items.len()];
-        for (indexes, answer) in answers {
-            match answer {
-                Ok(renewed) if renewed.len() == indexes.len() => {
-                    for (i, r) in indexes.into_iter().zip(renewed) {
-                        found[i] = if r == 1 {
-                            Renewal::Renewed
-                        } else {
-                            Renewal::Gone
-                        };
-                    }
-                }
-                Ok(_) => tracing::warn!("renewal answered the wrong count; retrying"),
-                Err(error) => {
-                    tracing::warn!(%error, locks = indexes.len(), "lock renewal of one slot failed; retrying");
-                }
-            }
-        }
-        found
     }
 
     /// Makes sure a release of `key` reaches this client: `SSUBSCRIBE` on
@@ -226,11 +123,49 @@ impl ClusterBackend {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_sharded_release_publishes_by_spublish() {
-        let plain = redis::Script::new(crate::kind::sources::RELEASE);
-        assert!(super::RELEASE_SHARDED.get_hash() != plain.get_hash());
+impl Route for ClusterBackend {
+    /// The script is loaded on the slot's master first if that node lacks
+    /// it (a new master after a failover).
+    async fn run<T: FromRedisValue + Send>(
+        &self,
+        _lane: &Lane,
+        call: &ScriptCall<'_>,
+    ) -> Result<T, RedisError> {
+        let mut con = self.commands.clone();
+        polled_on(&self.home, evalsha(call.script, &call.cmd, &mut con)).await
+    }
+
+    fn sync(&self) -> Option<ReplicaSync> {
+        self.synced.as_ref().map(|synced| synced.sync())
+    }
+
+    async fn run_synced(
+        &self,
+        call: ScriptCall<'_>,
+        undo: Option<Cmd>,
+    ) -> Result<(Value, usize), RedisError> {
+        let Some(synced) = &self.synced else {
+            return Ok((self.run(&Lane::Home, &call).await?, 0));
+        };
+        let routed = (call.script, call.key);
+        synced
+            .run(&self.home, &self.commands, routed, call.cmd, undo)
+            .await
+    }
+
+    fn batches(&self, keys: &[&str]) -> Vec<Vec<usize>> {
+        let mut slots: HashMap<Slot, Vec<usize>> = HashMap::new();
+        for (i, key) in keys.iter().enumerate() {
+            slots.entry(Slot::for_key(key)).or_default().push(i);
+        }
+        slots.into_values().collect()
+    }
+
+    fn notices(&self) -> Notices {
+        Notices::Sharded
+    }
+
+    fn client_id(&self) -> &str {
+        &self.client_id
     }
 }

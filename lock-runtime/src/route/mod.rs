@@ -1,12 +1,13 @@
-//! Where locks live: one Redis node, a master found through Sentinel, a
-//! quorum of independent Redis masters (Redlock), a Redis Cluster, or this
-//! process's memory.
+//! Where a lock kind's script calls run: one Redis node, the master found
+//! through Sentinel, the slot's master on Redis Cluster, a quorum of
+//! independent masters (Redlock), or this process's memory.
 //!
-//! Every backend answers the same three questions, each decided atomically:
-//! take a lock for one acquisition, free it, and reset the leases of a batch
-//! of held locks. Each acquisition has an owner id of its own (see
-//! `docs/redis-layout.md`); re-entry is decided in the process and never
-//! reaches a backend.
+//! A route knows nothing of lock kinds. It answers: which connection runs a
+//! script call for a key ([`Route::run`]), how a write waits for replicas
+//! ([`Route::run_synced`]: `WAIT` on the same connection), which keys one
+//! script call may carry ([`Route::batches`]), how release notices reach
+//! this client ([`Route::subscribe`], [`Notices`]), and, inside each
+//! deployment, when the topology changed.
 
 pub(crate) mod cluster;
 mod cluster_check;
@@ -19,16 +20,15 @@ mod replicas;
 pub(crate) mod sentinel;
 pub(crate) mod target;
 
+use std::future::Future;
 use std::time::Duration;
 
 use ::redis::aio::MultiplexedConnection;
-use ::redis::RedisError;
+use ::redis::{Cmd, FromRedisValue, RedisError, Script, ToRedisArgs, Value};
 use tokio::runtime;
 
 use crate::error::{LockError, NodeFailure};
-use crate::io::polled_on;
 use crate::kind::memory;
-use crate::kind::{Acquire, Release, RenewItem, Renewal};
 
 /// Why a backend could not answer.
 #[derive(Debug, thiserror::Error)]
@@ -127,55 +127,6 @@ impl Backend {
         }
     }
 
-    pub(crate) async fn acquire(
-        &self,
-        lane: &Lane,
-        key: &str,
-        owner: &str,
-        lease: Duration,
-    ) -> Result<Acquire, BackendError> {
-        match self {
-            Backend::Redis(b) => Ok(b.acquire(lane, key, owner, lease).await?),
-            Backend::Redlock(b) => polled_on(b.home(), b.acquire(key, owner, lease)).await,
-            Backend::Cluster(b) => Ok(b.acquire(key, owner, lease).await?),
-            Backend::Memory(b) => Ok(b.acquire(key, owner, lease)),
-            Backend::Sentinel(b) => Ok(b.acquire(key, owner, lease).await?),
-        }
-    }
-
-    /// Frees the lock if `owner` (one acquisition) holds it; `token` goes
-    /// out with the release notice, so that a waiter told by several nodes
-    /// wakes once.
-    pub(crate) async fn release(
-        &self,
-        lane: &Lane,
-        key: &str,
-        owner: &str,
-        token: u64,
-    ) -> Result<Release, BackendError> {
-        match self {
-            Backend::Redis(b) => Ok(b.release(lane, key, owner, token).await?),
-            Backend::Redlock(b) => polled_on(b.home(), b.release(key, owner, token)).await,
-            Backend::Cluster(b) => Ok(b.release(key, owner, token).await?),
-            Backend::Memory(b) => Ok(b.release(key, owner)),
-            Backend::Sentinel(b) => Ok(b.release(key, owner, token).await?),
-        }
-    }
-
-    /// What the renewal found, per item.
-    pub(crate) async fn renew(
-        &self,
-        items: &[RenewItem<'_>],
-    ) -> Result<Vec<Renewal>, BackendError> {
-        match self {
-            Backend::Redis(b) => Ok(b.renew(items).await?),
-            Backend::Redlock(b) => b.renew(items).await,
-            Backend::Cluster(b) => Ok(b.renew(items).await),
-            Backend::Memory(b) => Ok(b.renew(items)),
-            Backend::Sentinel(b) => Ok(b.renew(items).await?),
-        }
-    }
-
     /// Makes sure a release of `key` by another client will wake this one.
     pub(crate) async fn watch_releases(&self, key: &str) -> Result<(), BackendError> {
         match self {
@@ -202,6 +153,83 @@ impl Backend {
     pub(crate) fn subscribes(&self) -> bool {
         !matches!(self, Backend::Memory(_))
     }
+}
+
+/// One script call, ready to send: an `EVALSHA` of `script` whose first
+/// key is `key` (the key that routes it). A lock kind's operation (acquire,
+/// release, renew a batch) is one such value; a route sends it as it is.
+pub(crate) struct ScriptCall<'a> {
+    pub script: &'static Script,
+    pub key: &'a str,
+    pub cmd: Cmd,
+}
+
+impl<'a> ScriptCall<'a> {
+    /// `script` on the one key `key` with `args`, built in one buffer of
+    /// about `args_size` bytes more than the fixed part rather than through
+    /// `ScriptInvocation`, which allocates every argument on its own: this
+    /// is the hot path.
+    pub(crate) fn new(
+        script: &'static Script,
+        key: &'a str,
+        args: impl ToRedisArgs,
+        args_size: usize,
+    ) -> Self {
+        let mut cmd = Cmd::with_capacity(7, 96 + key.len() + args_size);
+        cmd.arg("EVALSHA")
+            .arg(script.get_hash())
+            .arg(1)
+            .arg(key)
+            .arg(args);
+        ScriptCall { script, key, cmd }
+    }
+}
+
+/// How release notices travel on a route: the release script publishes
+/// with the command this names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Notices {
+    /// `PUBLISH`, heard by `SUBSCRIBE` on the node.
+    Plain,
+    /// `SPUBLISH` (sharded pub/sub), heard on the slot's shard only.
+    Sharded,
+}
+
+/// What every deployment that runs scripts provides; a lock kind's
+/// protocol is written once against it.
+pub(crate) trait Route: Sync {
+    /// Runs `call` on the node that serves its key; `lane` is the call's
+    /// connection where the route has more than one (see [`Lane`]).
+    fn run<T: FromRedisValue + Send>(
+        &self,
+        lane: &Lane,
+        call: &ScriptCall<'_>,
+    ) -> impl Future<Output = Result<T, RedisError>> + Send;
+
+    /// The replicas each write waits for (`sync_replicas`), if any.
+    fn sync(&self) -> Option<crate::replica_sync::ReplicaSync>;
+
+    /// Runs `call`, then `WAIT`, on a connection of its own to the node
+    /// that serves its key: the answer and how many replicas acknowledged.
+    /// The whole exchange, taking the connection included, ends within the
+    /// command timeout plus the replicas' timeout. When the caller is gone
+    /// before a positive answer comes, `undo` is sent after it on that
+    /// connection.
+    fn run_synced(
+        &self,
+        call: ScriptCall<'_>,
+        undo: Option<Cmd>,
+    ) -> impl Future<Output = Result<(Value, usize), RedisError>> + Send;
+
+    /// The keys, by index, that one script call may carry together: all on
+    /// one node, one hash slot each on Cluster.
+    fn batches(&self, keys: &[&str]) -> Vec<Vec<usize>>;
+
+    /// How release notices travel.
+    fn notices(&self) -> Notices;
+
+    /// This client's id, which its release notices carry.
+    fn client_id(&self) -> &str;
 }
 
 /// Milliseconds for a Redis argument, at least 1.

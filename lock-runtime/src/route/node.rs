@@ -1,44 +1,23 @@
 //! One Redis node: locks as strings of layout 1 (see `docs/redis-layout.md`),
 //! decided by Lua scripts called by EVALSHA.
 
-use std::sync::{Arc, LazyLock};
+use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{
     AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, ProtocolVersion, PushInfo,
-    RedisError, Script, ServerErrorKind, ToRedisArgs, Value,
+    RedisError, Script, ServerErrorKind, Value,
 };
 use tokio::runtime::Handle;
 
 use super::local::LocalConnections;
 use super::replicas::Replicated;
-use super::{millis, Lane};
+use super::{Lane, Notices, Route, ScriptCall};
 use crate::io::polled_on;
-use crate::kind::sources;
-use crate::kind::{Acquire, Release, RenewItem, Renewal};
 use crate::replica_sync::ReplicaSync;
 use crate::tls::TlsConfig;
-
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(&acquire_source()));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::RELEASE));
-pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(sources::RENEW));
-static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::FENCE));
-
-/// The acquire script's source.
-fn acquire_source() -> String {
-    let source = sources::ACQUIRE;
-    if cfg!(feature = "defect-token-without-clock") {
-        // The checker's proof: tokens without the clock repeat after a
-        // restore from a snapshot.
-        let rule =
-            "local token = math.max(fence + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))";
-        let without = "local token = fence + 1\nif fence == 0 then token = tonumber(now[1]) * 1000000 + tonumber(now[2]) end";
-        assert!(source.contains(rule));
-        return source.replace(rule, without);
-    }
-    source.to_owned()
-}
 
 /// How the backend connects.
 #[derive(Clone)]
@@ -102,10 +81,8 @@ impl RedisBackend {
         let client = open_client(url, &config.tls)?;
         let home = Handle::current();
         let replicated = config.sync_replicas.map(|sync| {
-            let synced_config = AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(config.connect_timeout))
-                .set_response_timeout(Some(config.command_timeout + sync.timeout));
-            Arc::new(Replicated::new(sync, client.clone(), synced_config))
+            let timeouts = (config.connect_timeout, config.command_timeout);
+            Arc::new(Replicated::new(sync, client.clone(), timeouts))
         });
         let local = local.then(|| {
             let local_config = AsyncConnectionConfig::new()
@@ -198,198 +175,26 @@ impl RedisBackend {
         }
     }
 
-    pub(crate) async fn acquire(
+    /// Runs `call` over `lane`; the script is loaded first where the
+    /// server does not know it.
+    async fn run_on<T: FromRedisValue>(
         &self,
         lane: &Lane,
-        key: &str,
-        owner: &str,
-        lease: Duration,
-    ) -> Result<Acquire, RedisError> {
-        if let Some(replicated) = &self.replicated {
-            // Boxed, so the default path's future does not grow by its state.
-            return Box::pin(self.acquire_synced(replicated, key, owner, lease)).await;
-        }
-        let args = (owner, millis(lease));
-        let answer: i64 = self
-            .eval(lane, &ACQUIRE, key, args, owner.len() + 20)
-            .await?;
-        acquired(answer)
-    }
-
-    /// An acquire followed by `WAIT` (see [`Replicated`]); a lock taken
-    /// without enough replicas is `NotReplicated`.
-    #[cold]
-    async fn acquire_synced(
-        &self,
-        replicated: &Arc<Replicated>,
-        key: &str,
-        owner: &str,
-        lease: Duration,
-    ) -> Result<Acquire, RedisError> {
-        let cmd = evalsha_cmd(&ACQUIRE, key, (owner, millis(lease)), owner.len() + 20);
-        let release = {
-            let (key, owner, client_id) =
-                (key.to_owned(), owner.to_owned(), self.client_id.clone());
-            move || evalsha_cmd(&RELEASE, &key, (&*owner, &*client_id, 0), 128)
-        };
-        let (answer, acked) = replicated
-            .acquire(&self.home, &ACQUIRE, cmd, release)
-            .await?;
-        match acquired(answer)? {
-            Acquire::Acquired(token) if acked < replicated.sync.replicas => {
-                Ok(Acquire::NotReplicated { token, acked })
-            }
-            answer => Ok(answer),
-        }
-    }
-}
-
-/// The meaning of acquire.lua's answer: the token (> 0), or -2 - the
-/// holder's TTL (-1: no expiry).
-pub(crate) fn acquired(answer: i64) -> Result<Acquire, RedisError> {
-    Ok(match answer {
-        1.. => Acquire::Acquired(answer.unsigned_abs()),
-        -1 => Acquire::Held(None),
-        ..=-2 => Acquire::Held(Some(Duration::from_millis((-2 - answer).unsigned_abs()))),
-        0 => {
-            return Err(RedisError::from((
-                redis::ErrorKind::Parse,
-                "acquire.lua answered 0, which is not a fencing token",
-            )))
-        }
-    })
-}
-
-/// The meaning of release.lua's answer: 1 when it freed the lock.
-pub(crate) fn released_answer(freed: i64) -> Release {
-    if freed == 1 {
-        Release::Freed
-    } else {
-        Release::NotHeld
-    }
-}
-
-/// The meaning of renew.lua's answer for one lock; a renewal the replicas
-/// did not acknowledge (`synced` false) is not known to last.
-fn renewal(answer: i64, synced: bool) -> Renewal {
-    match (answer, synced) {
-        (1, true) => Renewal::Renewed,
-        (1, false) => Renewal::Unknown,
-        _ => Renewal::Gone,
-    }
-}
-
-/// An EVALSHA of `script` on `key` with `args`, built in one buffer of about
-/// `args_size` bytes more than the fixed part, rather than through
-/// `ScriptInvocation`, which allocates every argument on its own: this is
-/// the hot path.
-pub(crate) fn evalsha_cmd(
-    script: &Script,
-    key: &str,
-    args: impl ToRedisArgs,
-    args_size: usize,
-) -> Cmd {
-    let mut cmd = Cmd::with_capacity(7, 96 + key.len() + args_size);
-    cmd.arg("EVALSHA")
-        .arg(script.get_hash())
-        .arg(1)
-        .arg(key)
-        .arg(args);
-    cmd
-}
-
-impl RedisBackend {
-    pub(crate) async fn release(
-        &self,
-        lane: &Lane,
-        key: &str,
-        owner: &str,
-        token: u64,
-    ) -> Result<Release, RedisError> {
-        let args = (owner, &*self.client_id, token);
-        let size = owner.len() + self.client_id.len() + 20;
-        let freed: i64 = self.eval(lane, &RELEASE, key, args, size).await?;
-        Ok(released_answer(freed))
-    }
-
-    /// Raises the kept fencing token of the lock `owner` holds to `token`;
-    /// whether `owner` holds it.
-    pub(crate) async fn fence(
-        &self,
-        key: &str,
-        owner: &str,
-        token: u64,
-    ) -> Result<bool, RedisError> {
-        let held: i64 = self
-            .eval(&Lane::Home, &FENCE, key, (owner, token), owner.len() + 20)
-            .await?;
-        Ok(held == 1)
-    }
-
-    /// Calls `script` on `key` with `args` by EVALSHA, over `lane`.
-    ///
-    /// The command is built in one buffer of about `args_size` bytes more
-    /// than the fixed part, rather than through `ScriptInvocation`, which
-    /// allocates every argument on its own: this is the hot path.
-    pub(crate) async fn eval<T: FromRedisValue>(
-        &self,
-        lane: &Lane,
-        script: &Script,
-        key: &str,
-        args: impl ToRedisArgs,
-        args_size: usize,
+        call: &ScriptCall<'_>,
     ) -> Result<T, RedisError> {
-        let cmd = evalsha_cmd(script, key, args, args_size);
         match lane {
             Lane::Home => {
                 let mut con = self.commands.clone();
-                polled_on(&self.home, evalsha(script, &cmd, &mut con)).await
+                polled_on(&self.home, evalsha(call.script, &call.cmd, &mut con)).await
             }
             Lane::Local(runtime, con) => {
-                let answer = evalsha(script, &cmd, &mut con.clone()).await;
+                let answer = evalsha(call.script, &call.cmd, &mut con.clone()).await;
                 if let (Err(error), Some(local)) = (&answer, &self.local) {
                     local.failed(*runtime, error);
                 }
                 answer
             }
         }
-    }
-
-    /// Renewed or gone, per item; an error leaves them all unknown.
-    pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Renewal>, RedisError> {
-        if let Some(replicated) = &self.replicated {
-            return self.renew_synced(replicated, items).await;
-        }
-        let mut call = RENEW.prepare_invoke();
-        for item in items {
-            call.key(item.key).arg(item.owner).arg(millis(item.lease));
-        }
-        let mut con = self.commands.clone();
-        let renewed: Vec<i64> = polled_on(&self.home, call.invoke_async(&mut con)).await?;
-        Ok(renewed.into_iter().map(|r| renewal(r, true)).collect())
-    }
-
-    /// A renewal batch followed by `WAIT` (see [`Replicated`]). Without
-    /// enough replicas, a renewed lock is `Unknown`: a failover now would
-    /// promote a replica that keeps the older expiry, so the lock's validity
-    /// is not extended, and the watchdog tries again until it runs out.
-    async fn renew_synced(
-        &self,
-        replicated: &Replicated,
-        items: &[RenewItem<'_>],
-    ) -> Result<Vec<Renewal>, RedisError> {
-        let mut cmd = redis::cmd("EVALSHA");
-        cmd.arg(RENEW.get_hash()).arg(items.len());
-        for item in items {
-            cmd.arg(item.key);
-        }
-        for item in items {
-            cmd.arg(item.owner).arg(millis(item.lease));
-        }
-        let (renewed, acked): (Vec<i64>, usize) =
-            replicated.renew(&self.home, &RENEW, &cmd).await?;
-        let synced = acked >= replicated.sync.replicas;
-        Ok(renewed.into_iter().map(|r| renewal(r, synced)).collect())
     }
 
     pub(crate) async fn subscribe(&self, key: &str) -> Result<(), RedisError> {
@@ -488,5 +293,45 @@ pub(crate) fn subscribed(info: &PushInfo) -> Option<&[u8]> {
     match info.data.first() {
         Some(Value::BulkString(channel)) => Some(channel),
         _ => None,
+    }
+}
+
+impl Route for RedisBackend {
+    fn run<T: FromRedisValue + Send>(
+        &self,
+        lane: &Lane,
+        call: &ScriptCall<'_>,
+    ) -> impl Future<Output = Result<T, RedisError>> + Send {
+        self.run_on(lane, call)
+    }
+
+    fn sync(&self) -> Option<ReplicaSync> {
+        self.replicated.as_ref().map(|replicated| replicated.sync)
+    }
+
+    async fn run_synced(
+        &self,
+        call: ScriptCall<'_>,
+        undo: Option<Cmd>,
+    ) -> Result<(Value, usize), RedisError> {
+        let Some(replicated) = &self.replicated else {
+            let answer = self.run_on(&Lane::Home, &call).await?;
+            return Ok((answer, 0));
+        };
+        replicated
+            .run(&self.home, call.script, call.cmd, undo)
+            .await
+    }
+
+    fn batches(&self, keys: &[&str]) -> Vec<Vec<usize>> {
+        vec![(0..keys.len()).collect()]
+    }
+
+    fn notices(&self) -> Notices {
+        Notices::Plain
+    }
+
+    fn client_id(&self) -> &str {
+        &self.client_id
     }
 }

@@ -1,5 +1,8 @@
-//! Replica-synced writes on one node (`sync_replicas`): an acquire, or a
-//! renewal batch, and `WAIT n timeout` in one pipeline.
+//! Replica-synced writes (`sync_replicas`): a script call (an acquire, a
+//! renewal batch) and `WAIT n timeout` in one pipeline, on one node: the
+//! node of a single-node client, the current Sentinel master, or each
+//! Cluster master (one pool per master, so that one master's slow replica
+//! delays only the calls on that master).
 //!
 //! `WAIT` counts the writes of its own connection and blocks that connection
 //! until the replicas answer, so it must follow the write on the same
@@ -8,12 +11,13 @@
 //! demand, a few kept idle), never the client's shared one. None of this
 //! exists when `sync_replicas` is off.
 //!
-//! An acquire runs in a task of its own on the client's runtime: if the
-//! caller is dropped while the pipeline is on the wire, the task releases a
-//! lock it took on that same connection, so the release cannot overtake the
-//! acquire.
+//! Each request runs in a task of its own on the client's runtime: if the
+//! caller is dropped (or stops waiting) while an acquire's pipeline is on
+//! the wire, the task releases a lock it took on that same connection, so
+//! the release cannot overtake the acquire.
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
 use redis::{
@@ -38,15 +42,26 @@ pub(crate) struct Replicated {
     client: Client,
     /// The response timeout covers the command timeout and the WAIT.
     config: AsyncConnectionConfig,
+    /// The longest a caller waits for one synced request, taking its
+    /// connection included: the command timeout plus the replicas' timeout.
+    bound: Duration,
     idle: Mutex<Vec<MultiplexedConnection>>,
 }
 
 impl Replicated {
-    pub(crate) fn new(sync: ReplicaSync, client: Client, config: AsyncConnectionConfig) -> Self {
+    /// The synced connections to the node `client` opens, with the
+    /// client's connect and command timeouts.
+    pub(crate) fn new(sync: ReplicaSync, client: Client, timeouts: (Duration, Duration)) -> Self {
+        let (connect, command) = timeouts;
+        let bound = command.saturating_add(sync.timeout);
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connect.min(bound)))
+            .set_response_timeout(Some(bound));
         Replicated {
             sync,
             client,
             config,
+            bound,
             idle: Mutex::new(Vec::new()),
         }
     }
@@ -104,17 +119,19 @@ impl Replicated {
         Ok((reply, acked))
     }
 
-    /// Runs the acquire `cmd` of `script` and `WAIT` on a connection of its
-    /// own: the acquire's answer and the replicas that acknowledged. If the
-    /// caller is gone when the answer comes and the lock was taken (a
-    /// positive answer), `release` is sent after it on the same connection.
-    pub(crate) async fn acquire(
+    /// Runs `cmd` (an EVALSHA of `script`) and `WAIT` on a connection of
+    /// its own, in a task on the client's runtime (`home`): the script's
+    /// answer and the replicas that acknowledged. The caller waits at most
+    /// [`bound`](Self::bound), taking the connection included. If the
+    /// caller is gone when a granting answer (a positive integer) comes,
+    /// `undo` is sent after it on the same connection.
+    pub(crate) async fn run(
         self: &Arc<Self>,
         home: &Handle,
         script: &'static Script,
         cmd: Cmd,
-        release: impl FnOnce() -> Cmd + Send + 'static,
-    ) -> Result<(i64, usize), RedisError> {
+        undo: Option<Cmd>,
+    ) -> Result<(Value, usize), RedisError> {
         let (answer_tx, answer_rx) = oneshot::channel();
         let this = self.clone();
         home.spawn(async move {
@@ -125,39 +142,26 @@ impl Replicated {
                     return;
                 }
             };
-            let answer = this.with_wait::<i64>(script, &cmd, &mut con).await;
+            let answer = this.with_wait::<Value>(script, &cmd, &mut con).await;
             let reusable = answer.is_ok();
-            if let Err(Ok((1.., _))) = answer_tx.send(answer) {
-                let _ = release().query_async::<Value>(&mut con).await;
+            if let (Err(Ok((Value::Int(1..), _))), Some(undo)) = (answer_tx.send(answer), undo) {
+                let _ = undo.query_async::<Value>(&mut con).await;
             }
             if reusable {
                 this.give_back(con);
             }
         });
-        answer_rx.await.unwrap_or_else(|_| {
-            Err(RedisError::from((
+        let answer = polled_on(home, tokio::time::timeout(self.bound, answer_rx)).await;
+        match answer {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(RedisError::from((
                 ErrorKind::Io,
-                "the client stopped during a replica-synced acquire",
-            )))
-        })
-    }
-
-    /// Runs the renewal `cmd` of `script` and `WAIT`: the renewal's answer
-    /// and the replicas that acknowledged.
-    pub(crate) async fn renew<T: FromRedisValue>(
-        &self,
-        home: &Handle,
-        script: &Script,
-        cmd: &Cmd,
-    ) -> Result<(T, usize), RedisError> {
-        polled_on(home, async {
-            let mut con = self.take().await?;
-            let answer = self.with_wait(script, cmd, &mut con).await;
-            if answer.is_ok() {
-                self.give_back(con);
-            }
-            answer
-        })
-        .await
+                "the client stopped during a replica-synced request",
+            ))),
+            Err(_) => Err(RedisError::from((
+                ErrorKind::Io,
+                "no replica-synced answer within the command timeout and the replicas' timeout",
+            ))),
+        }
     }
 }

@@ -23,13 +23,13 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
-use redis::{ErrorKind, PushInfo, PushKind, RedisError};
+use redis::{Cmd, ErrorKind, FromRedisValue, PushInfo, PushKind, RedisError, Value};
 use tokio::runtime::Handle;
 
 use super::node::{open_client, RedisBackend, RedisConfig};
-use super::Lane;
-use crate::kind::{Acquire, Release, RenewItem, Renewal};
+use super::{Lane, Notices, Route, ScriptCall};
 use crate::node_name::node_name;
+use crate::replica_sync::ReplicaSync;
 use crate::tls::TlsConfig;
 
 /// How often the follower asks the sentinels during a failover.
@@ -231,37 +231,6 @@ impl SentinelBackend {
         Ok(())
     }
 
-    pub(crate) async fn acquire(
-        &self,
-        key: &str,
-        owner: &str,
-        lease: Duration,
-    ) -> Result<Acquire, RedisError> {
-        let master = self.master();
-        let answer = master.backend.acquire(&Lane::Home, key, owner, lease).await;
-        self.check(&answer);
-        answer
-    }
-
-    pub(crate) async fn release(
-        &self,
-        key: &str,
-        owner: &str,
-        token: u64,
-    ) -> Result<Release, RedisError> {
-        let master = self.master();
-        let answer = master.backend.release(&Lane::Home, key, owner, token).await;
-        self.check(&answer);
-        answer
-    }
-
-    pub(crate) async fn renew(&self, items: &[RenewItem<'_>]) -> Result<Vec<Renewal>, RedisError> {
-        let master = self.master();
-        let answer = master.backend.renew(items).await;
-        self.check(&answer);
-        answer
-    }
-
     /// Subscribes on the master in use, and on the next one after a switch.
     pub(crate) async fn subscribe(&self, key: &str) -> Result<(), RedisError> {
         self.shared
@@ -426,6 +395,46 @@ fn encode_into(url: &mut String, text: &str) {
         } else {
             let _ = write!(url, "%{byte:02X}");
         }
+    }
+}
+
+/// Each call goes to the master in use; an error that a failover causes
+/// starts the follower.
+impl Route for SentinelBackend {
+    async fn run<T: FromRedisValue + Send>(
+        &self,
+        lane: &Lane,
+        call: &ScriptCall<'_>,
+    ) -> Result<T, RedisError> {
+        let answer = self.master().backend.run(lane, call).await;
+        self.check(&answer);
+        answer
+    }
+
+    fn sync(&self) -> Option<ReplicaSync> {
+        self.shared.config.sync_replicas
+    }
+
+    async fn run_synced(
+        &self,
+        call: ScriptCall<'_>,
+        undo: Option<Cmd>,
+    ) -> Result<(Value, usize), RedisError> {
+        let answer = self.master().backend.run_synced(call, undo).await;
+        self.check(&answer);
+        answer
+    }
+
+    fn batches(&self, keys: &[&str]) -> Vec<Vec<usize>> {
+        vec![(0..keys.len()).collect()]
+    }
+
+    fn notices(&self) -> Notices {
+        Notices::Plain
+    }
+
+    fn client_id(&self) -> &str {
+        &self.shared.client_id
     }
 }
 

@@ -1,0 +1,297 @@
+//! The exclusive lock (layout 1, see `docs/redis-layout.md`): its scripts,
+//! its operations as script calls, and how their answers read, written
+//! once for every route that runs scripts (one node, Sentinel, Cluster; a
+//! Redlock node is one node).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redis::{RedisError, Script};
+
+use super::{quorum, sources};
+use super::{Acquire, Release, RenewItem, Renewal};
+use crate::io::polled_on;
+use crate::route::{millis, Backend, BackendError, Lane, Notices, Route, ScriptCall};
+
+/// Takes a lock for one acquisition.
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(&acquire_source()));
+/// Frees a lock held by one acquisition; publishes its notice.
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::RELEASE));
+/// The same, publishing by `SPUBLISH` (see [`sharded`]).
+static RELEASE_SHARDED: LazyLock<Script> =
+    LazyLock::new(|| Script::new(&sharded(sources::RELEASE)));
+/// Resets the leases of a batch of held locks.
+pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(sources::RENEW));
+/// Raises a held lock's fence (Redlock's write-back).
+static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::FENCE));
+
+/// `source` with `SPUBLISH` for `PUBLISH`: the channel, named like the lock
+/// key, is in the lock's slot, so the script may publish on it, and only
+/// the slot's shard hears it.
+pub(crate) fn sharded(source: &str) -> String {
+    let publish = "redis.pcall('publish', key,";
+    assert!(source.contains(publish));
+    source.replace(publish, "redis.pcall('spublish', key,")
+}
+
+/// The acquire script's source.
+fn acquire_source() -> String {
+    let source = sources::ACQUIRE;
+    if cfg!(feature = "defect-token-without-clock") {
+        // The checker's proof: tokens without the clock repeat after a
+        // restore from a snapshot.
+        let rule =
+            "local token = math.max(fence + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))";
+        let without = "local token = fence + 1\nif fence == 0 then token = tonumber(now[1]) * 1000000 + tonumber(now[2]) end";
+        assert!(source.contains(rule));
+        return source.replace(rule, without);
+    }
+    source.to_owned()
+}
+
+/// The release script for `route`'s notices.
+fn release_script(notices: Notices) -> &'static Script {
+    match notices {
+        Notices::Plain => &RELEASE,
+        Notices::Sharded => &RELEASE_SHARDED,
+    }
+}
+
+/// The release of `owner`'s hold of `key`, with `token` in its notice.
+fn release_call<'a>(route: &impl Route, key: &'a str, owner: &str, token: u64) -> ScriptCall<'a> {
+    let client_id = route.client_id();
+    let args = (owner, client_id, token);
+    let size = owner.len() + client_id.len() + 20;
+    ScriptCall::new(release_script(route.notices()), key, args, size)
+}
+
+/// Takes `key` for `owner` for `lease` on `route`, over `lane`.
+pub(crate) async fn acquire(
+    route: &impl Route,
+    lane: &Lane,
+    key: &str,
+    owner: &str,
+    lease: Duration,
+) -> Result<Acquire, RedisError> {
+    if route.sync().is_some() {
+        // Boxed, so the default path's future does not grow by its state.
+        return Box::pin(acquire_synced(route, key, owner, lease)).await;
+    }
+    let call = ScriptCall::new(&ACQUIRE, key, (owner, millis(lease)), owner.len() + 20);
+    acquired(route.run(lane, &call).await?)
+}
+
+/// An acquire followed by `WAIT`; a lock taken without enough replicas is
+/// `NotReplicated`. If the caller is gone when a granting answer comes, the
+/// route gives the lock back on the same connection.
+#[cold]
+async fn acquire_synced(
+    route: &impl Route,
+    key: &str,
+    owner: &str,
+    lease: Duration,
+) -> Result<Acquire, RedisError> {
+    let needed = route.sync().map_or(0, |sync| sync.replicas);
+    let call = ScriptCall::new(&ACQUIRE, key, (owner, millis(lease)), owner.len() + 20);
+    let undo = release_call(route, key, owner, 0).cmd;
+    let (answer, acked) = route.run_synced(call, Some(undo)).await?;
+    match acquired(redis::from_redis_value(answer)?)? {
+        Acquire::Acquired(token) if acked < needed => Ok(Acquire::NotReplicated { token, acked }),
+        answer => Ok(answer),
+    }
+}
+
+/// Frees `key` if `owner` holds it; `token` goes out with the notice, so
+/// that a waiter told by several nodes wakes once.
+pub(crate) async fn release(
+    route: &impl Route,
+    lane: &Lane,
+    key: &str,
+    owner: &str,
+    token: u64,
+) -> Result<Release, RedisError> {
+    let call = release_call(route, key, owner, token);
+    let freed: i64 = route.run(lane, &call).await?;
+    Ok(if freed == 1 {
+        Release::Freed
+    } else {
+        Release::NotHeld
+    })
+}
+
+/// Raises the kept fencing token of the lock `owner` holds to `token`;
+/// whether `owner` holds it.
+pub(crate) async fn fence(
+    route: &impl Route,
+    key: &str,
+    owner: &str,
+    token: u64,
+) -> Result<bool, RedisError> {
+    let call = ScriptCall::new(&FENCE, key, (owner, token), owner.len() + 20);
+    let held: i64 = route.run(&Lane::Home, &call).await?;
+    Ok(held == 1)
+}
+
+/// Renewed or gone, per item. The items go out in one script call per
+/// batch the route allows, all at once; a batch whose call fails leaves its
+/// items unknown and the others go on; when every batch fails, the first
+/// error.
+pub(crate) async fn renew(
+    route: &impl Route,
+    items: &[RenewItem<'_>],
+) -> Result<Vec<Renewal>, RedisError> {
+    let keys: Vec<&str> = items.iter().map(|item| item.key).collect();
+    let batches = route.batches(&keys);
+    let calls = batches
+        .iter()
+        .map(|indexes| renew_batch(route, items, indexes));
+    let answers = join_all(calls).await;
+    let mut found = vec![Renewal::Unknown; items.len()];
+    let mut first_error = None;
+    let mut answered = false;
+    for (indexes, answer) in batches.iter().zip(answers) {
+        match answer {
+            Ok(renewed) => {
+                answered = true;
+                for (&i, r) in indexes.iter().zip(renewed) {
+                    found[i] = r;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, locks = indexes.len(), "lock renewal of one batch failed; retrying");
+                first_error.get_or_insert(error);
+            }
+        }
+    }
+    match first_error {
+        Some(error) if !answered => Err(error),
+        _ => Ok(found),
+    }
+}
+
+/// One batch's renewal: the items at `indexes`, in one script call, then
+/// `WAIT` when the route syncs replicas. Without enough replicas, a renewed
+/// lock is `Unknown`: a failover now would promote a replica that keeps the
+/// older expiry, so the lock's validity is not extended, and the watchdog
+/// tries again until it runs out.
+async fn renew_batch(
+    route: &impl Route,
+    items: &[RenewItem<'_>],
+    indexes: &[usize],
+) -> Result<Vec<Renewal>, RedisError> {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(RENEW.get_hash()).arg(indexes.len());
+    for &i in indexes {
+        cmd.arg(items[i].key);
+    }
+    for &i in indexes {
+        cmd.arg(items[i].owner).arg(millis(items[i].lease));
+    }
+    let call = ScriptCall {
+        script: &RENEW,
+        key: items[indexes[0]].key,
+        cmd,
+    };
+    let (renewed, synced): (Vec<i64>, bool) = match route.sync() {
+        None => (route.run(&Lane::Home, &call).await?, true),
+        Some(sync) => {
+            let (answer, acked) = route.run_synced(call, None).await?;
+            (redis::from_redis_value(answer)?, acked >= sync.replicas)
+        }
+    };
+    if renewed.len() != indexes.len() {
+        return Err(RedisError::from((
+            redis::ErrorKind::UnexpectedReturnType,
+            "renew.lua answered the wrong count",
+        )));
+    }
+    Ok(renewed.into_iter().map(|r| renewal(r, synced)).collect())
+}
+
+/// The meaning of acquire.lua's answer: the token (> 0), or -2 - the
+/// holder's TTL (-1: no expiry).
+pub(crate) fn acquired(answer: i64) -> Result<Acquire, RedisError> {
+    Ok(match answer {
+        1.. => Acquire::Acquired(answer.unsigned_abs()),
+        -1 => Acquire::Held(None),
+        ..=-2 => Acquire::Held(Some(Duration::from_millis((-2 - answer).unsigned_abs()))),
+        0 => {
+            return Err(RedisError::from((
+                redis::ErrorKind::Parse,
+                "acquire.lua answered 0, which is not a fencing token",
+            )))
+        }
+    })
+}
+
+/// The meaning of renew.lua's answer for one lock; a renewal the replicas
+/// did not acknowledge (`synced` false) is not known to last.
+fn renewal(answer: i64, synced: bool) -> Renewal {
+    match (answer, synced) {
+        (1, true) => Renewal::Renewed,
+        (1, false) => Renewal::Unknown,
+        _ => Renewal::Gone,
+    }
+}
+
+impl Backend {
+    /// Takes `key` for `owner` (one acquisition) for `lease`.
+    pub(crate) async fn acquire(
+        &self,
+        lane: &Lane,
+        key: &str,
+        owner: &str,
+        lease: Duration,
+    ) -> Result<Acquire, BackendError> {
+        match self {
+            Backend::Redis(b) => Ok(acquire(b, lane, key, owner, lease).await?),
+            Backend::Sentinel(b) => Ok(acquire(b, lane, key, owner, lease).await?),
+            Backend::Cluster(b) => Ok(acquire(b, lane, key, owner, lease).await?),
+            Backend::Redlock(b) => polled_on(b.home(), quorum::acquire(b, key, owner, lease)).await,
+            Backend::Memory(b) => Ok(b.acquire(key, owner, lease)),
+        }
+    }
+
+    /// Frees the lock if `owner` (one acquisition) holds it; `token` goes
+    /// out with the release notice, so that a waiter told by several nodes
+    /// wakes once.
+    pub(crate) async fn release(
+        &self,
+        lane: &Lane,
+        key: &str,
+        owner: &str,
+        token: u64,
+    ) -> Result<Release, BackendError> {
+        match self {
+            Backend::Redis(b) => Ok(release(b, lane, key, owner, token).await?),
+            Backend::Sentinel(b) => Ok(release(b, lane, key, owner, token).await?),
+            Backend::Cluster(b) => Ok(release(b, lane, key, owner, token).await?),
+            Backend::Redlock(b) => polled_on(b.home(), quorum::release(b, key, owner, token)).await,
+            Backend::Memory(b) => Ok(b.release(key, owner)),
+        }
+    }
+
+    /// What the renewal found, per item.
+    pub(crate) async fn renew(
+        &self,
+        items: &[RenewItem<'_>],
+    ) -> Result<Vec<Renewal>, BackendError> {
+        match self {
+            Backend::Redis(b) => Ok(renew(b, items).await?),
+            Backend::Sentinel(b) => Ok(renew(b, items).await?),
+            Backend::Cluster(b) => Ok(renew(b, items).await?),
+            Backend::Redlock(b) => quorum::renew(b, items).await,
+            Backend::Memory(b) => Ok(b.renew(items)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_sharded_release_publishes_by_spublish() {
+        let plain = redis::Script::new(super::sources::RELEASE);
+        assert!(super::RELEASE_SHARDED.get_hash() != plain.get_hash());
+    }
+}

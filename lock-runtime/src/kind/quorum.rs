@@ -1,0 +1,171 @@
+//! The exclusive lock's quorum rules on Redlock: how the answers of N
+//! independent masters combine (see `route/redlock.rs` for how each
+//! operation reaches every node).
+//!
+//! A lock is taken when a majority (N/2 + 1) took it within its lease;
+//! otherwise the holds that were taken are given back and the caller
+//! retries. A renewal that a majority confirms keeps the lock; one that a
+//! majority refuses means it is lost; anything in between (nodes that did
+//! not answer) is retried until the lock's validity ends.
+//!
+//! The fencing token is the largest token of the nodes that granted the
+//! lock, written back to the granting nodes that answered less before the
+//! lock counts as taken: a quorum then keeps it, and any later quorum
+//! includes one of those nodes, which answers a larger token.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::exclusive;
+use super::{Acquire, Release, RenewItem, Renewal};
+use crate::route::redlock::{Answers, RedlockBackend};
+use crate::route::{BackendError, Lane};
+
+pub(crate) async fn acquire(
+    b: &RedlockBackend,
+    key: &str,
+    owner: &str,
+    lease: Duration,
+) -> Result<Acquire, BackendError> {
+    let sent = Instant::now();
+    let answers = b
+        .on_all(|node| exclusive::acquire(node, &Lane::Home, key, owner, lease))
+        .await;
+    let drift = b.drift(lease);
+    let mut tokens = Vec::new();
+    let mut ttls = Vec::new();
+    for answer in &answers {
+        match answer {
+            Ok(Acquire::Acquired(token)) => tokens.push(*token),
+            Ok(Acquire::Held(ttl)) => ttls.push(*ttl),
+            // Redlock nodes are independent masters: never asked to wait
+            // for replicas.
+            Ok(Acquire::NotReplicated { .. }) | Err(_) => {}
+        }
+    }
+    if tokens.len() >= b.quorum() {
+        let token = tokens.iter().copied().max().unwrap_or_default();
+        let kept = write_back(b, &answers, key, owner, token).await;
+        if kept >= b.quorum() && sent.elapsed() + drift < lease {
+            return Ok(Acquire::Acquired(token));
+        }
+    }
+    let answered = tokens.len() + ttls.len();
+    if answered < b.quorum() {
+        // The caller follows an acquire whose outcome is unknown with a
+        // release on every node.
+        return Err(b.no_quorum(answered, answers));
+    }
+    if !tokens.is_empty() || answers.iter().any(Result::is_err) {
+        // Not taken: give back what was taken, on every node, also where
+        // the acquire failed (it may still land there).
+        let _ = b
+            .on_all(|node| exclusive::release(node, &Lane::Home, key, owner, 0))
+            .await;
+    }
+    if tokens.is_empty() && ttls.len() >= b.quorum() {
+        // Another owner holds a majority: wait for the earliest expiry,
+        // or for a release notice.
+        return Ok(Acquire::Held(ttls.into_iter().flatten().min()));
+    }
+    // Some nodes granted it but not a majority: a split vote, a release
+    // that has reached only some nodes yet (its notice may have woken us
+    // early), or too slow. Retry after a random short delay.
+    Ok(Acquire::Held(Some(random_delay())))
+}
+
+/// Writes `token` back to the nodes that granted the lock with a smaller
+/// one; how many granting nodes now keep `token`.
+async fn write_back(
+    b: &RedlockBackend,
+    answers: &Answers<Acquire>,
+    key: &str,
+    owner: &str,
+    token: u64,
+) -> usize {
+    let granted = |i: usize| matches!(answers[i], Ok(Acquire::Acquired(_)));
+    let behind = |i: usize| matches!(answers[i], Ok(Acquire::Acquired(t)) if t < token);
+    let keeping = (0..b.nodes().len())
+        .filter(|&i| granted(i) && !behind(i))
+        .count();
+    if (0..b.nodes().len()).all(|i| !behind(i)) {
+        return keeping;
+    }
+    let timeout = b.node_timeout();
+    let writes = b.nodes().iter().enumerate().map(|(i, node)| async move {
+        if !behind(i) {
+            return false;
+        }
+        let write = exclusive::fence(&node.backend, key, owner, token);
+        matches!(tokio::time::timeout(timeout, write).await, Ok(Ok(true)))
+    });
+    let written = futures_util::future::join_all(writes).await;
+    keeping + written.into_iter().filter(|w| *w).count()
+}
+
+/// Freed when a quorum freed the owner's hold; not held when a quorum
+/// did not have it; otherwise not known (an error).
+pub(crate) async fn release(
+    b: &RedlockBackend,
+    key: &str,
+    owner: &str,
+    token: u64,
+) -> Result<Release, BackendError> {
+    let answers = b
+        .on_all(|node| exclusive::release(node, &Lane::Home, key, owner, token))
+        .await;
+    let freed = answers
+        .iter()
+        .filter(|a| matches!(a, Ok(Release::Freed)))
+        .count();
+    let not_held = answers
+        .iter()
+        .filter(|a| matches!(a, Ok(Release::NotHeld)))
+        .count();
+    if freed >= b.quorum() {
+        return Ok(Release::Freed);
+    }
+    if not_held >= b.quorum() {
+        return Ok(Release::NotHeld);
+    }
+    // The failed nodes may have held it: we cannot tell.
+    Err(b.no_quorum(freed + not_held, answers))
+}
+
+/// A lock is renewed when a majority reset its lease, gone when a
+/// majority said it is gone or another owner's, and not known otherwise.
+pub(crate) async fn renew(
+    b: &RedlockBackend,
+    items: &[RenewItem<'_>],
+) -> Result<Vec<Renewal>, BackendError> {
+    let answers = b.on_all(|node| exclusive::renew(node, items)).await;
+    if answers.iter().all(|a| a.is_err()) {
+        return Err(b.no_quorum(0, answers));
+    }
+    let mut renewed = vec![0; items.len()];
+    let mut gone = vec![0; items.len()];
+    for found in answers.iter().flatten() {
+        for (i, renewal) in found.iter().enumerate() {
+            renewed[i] += usize::from(*renewal == Renewal::Renewed);
+            gone[i] += usize::from(*renewal == Renewal::Gone);
+        }
+    }
+    let quorum = b.quorum();
+    let decide = |(renewed, gone): (usize, usize)| {
+        if renewed >= quorum {
+            Renewal::Renewed
+        } else if gone >= quorum {
+            Renewal::Gone
+        } else {
+            Renewal::Unknown
+        }
+    };
+    Ok(renewed.into_iter().zip(gone).map(decide).collect())
+}
+
+/// 5 to 50 ms, so that clients that split a vote do not collide again.
+fn random_delay() -> Duration {
+    let random = uuid::Uuid::new_v4().as_u128();
+    Duration::from_millis(5 + (random % 46) as u64)
+}

@@ -72,15 +72,23 @@ impl MasterPools {
         undo: Option<Cmd>,
     ) -> Result<(Value, usize), RedisError> {
         let slot = slot_of(key);
-        if self.stale.swap(false, Ordering::Relaxed) {
-            if let Err(error) = self.read_slots(home, commands).await {
-                self.stale.store(true, Ordering::Relaxed);
-                return Err(error);
+        let known = match self.stale.swap(false, Ordering::Relaxed) {
+            true => None,
+            false => self.master_of(slot),
+        };
+        let master = match known {
+            Some(master) => master,
+            None => {
+                // Calls that meet a map not read yet read it each.
+                if let Err(error) = self.read_slots(home, commands).await {
+                    self.stale.store(true, Ordering::Relaxed);
+                    return Err(error);
+                }
+                self.master_of(slot).ok_or_else(|| {
+                    RedisError::from((redis::ErrorKind::Io, "no master serves the lock's slot"))
+                })?
             }
-        }
-        let master = self.master_of(slot).ok_or_else(|| {
-            RedisError::from((redis::ErrorKind::Io, "no master serves the lock's slot"))
-        })?;
+        };
         let answer = self
             .pool(&master)?
             .run(home, script, cmd.clone(), undo.clone())

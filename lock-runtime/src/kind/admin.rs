@@ -14,7 +14,7 @@ use crate::presence::{ClientRecord, TTL};
 use crate::route::cluster::ClusterBackend;
 use crate::route::node::RedisBackend;
 use crate::route::redlock::RedlockBackend;
-use crate::route::{millis, Backend, BackendError, Lane, Notices, Route, ScriptCall};
+use crate::route::{millis, Backend, BackendError, Lane, Notices, Route, Routed, ScriptCall};
 
 static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(sources::INSPECT));
 static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(sources::FORCE_UNLOCK));
@@ -44,12 +44,10 @@ impl Backend {
     /// The lock at `key` (a full key) as the backend keeps it now; on
     /// Redlock, as a quorum of the nodes keeps it.
     pub(crate) async fn inspect(&self, key: &str) -> Result<LockView, BackendError> {
-        match self {
-            Backend::Redis(b) => Ok(inspect_node(b, key).await?),
-            Backend::Sentinel(b) => Ok(inspect_node(b, key).await?),
-            Backend::Cluster(b) => Ok(inspect_node(b, key).await?),
-            Backend::Redlock(b) => polled_on(b.home(), inspect_quorum(b, key)).await,
-            Backend::Memory(b) => Ok(b.peek(key).map(|(owner, ttl, token)| NodeLock {
+        match self.routed() {
+            Routed::Scripts(route) => Ok(inspect_node(&route, key).await?),
+            Routed::Quorum(b) => polled_on(b.home(), inspect_quorum(b, key)).await,
+            Routed::Memory(b) => Ok(b.peek(key).map(|(owner, ttl, token)| NodeLock {
                 fence: token,
                 owner: Some(owner),
                 ttl: Some(ttl),
@@ -65,12 +63,10 @@ impl Backend {
         key: &str,
         client_id: &str,
     ) -> Result<Option<u64>, BackendError> {
-        match self {
-            Backend::Redis(b) => Ok(force_node(b, key, client_id).await?),
-            Backend::Sentinel(b) => Ok(force_node(b, key, client_id).await?),
-            Backend::Cluster(b) => Ok(force_node(b, key, client_id).await?),
-            Backend::Redlock(b) => polled_on(b.home(), force_quorum(b, key, client_id)).await,
-            Backend::Memory(b) => Ok(b.force_free(key)),
+        match self.routed() {
+            Routed::Scripts(route) => Ok(force_node(&route, key, client_id).await?),
+            Routed::Quorum(b) => polled_on(b.home(), force_quorum(b, key, client_id)).await,
+            Routed::Memory(b) => Ok(b.force_free(key)),
         }
     }
 

@@ -9,10 +9,9 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use redis::{RedisError, Script};
 
-use super::{quorum, sources};
+use super::sources;
 use super::{Acquire, Release, RenewItem, Renewal};
-use crate::io::polled_on;
-use crate::route::{millis, Backend, BackendError, Lane, Notices, Route, ScriptCall};
+use crate::route::{millis, Lane, Notices, Route, ScriptCall};
 
 /// Takes a lock for one acquisition.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(&acquire_source()));
@@ -232,58 +231,6 @@ fn renewal(answer: i64, synced: bool) -> Renewal {
         (1, true) => Renewal::Renewed,
         (1, false) => Renewal::Unknown,
         _ => Renewal::Gone,
-    }
-}
-
-impl Backend {
-    /// Takes `key` for `owner` (one acquisition) for `lease`.
-    pub(crate) async fn acquire(
-        &self,
-        lane: &Lane,
-        key: &str,
-        owner: &str,
-        lease: Duration,
-    ) -> Result<Acquire, BackendError> {
-        match self {
-            Backend::Redis(b) => Ok(acquire(b, lane, key, owner, lease).await?),
-            Backend::Sentinel(b) => Ok(acquire(b, lane, key, owner, lease).await?),
-            Backend::Cluster(b) => Ok(acquire(b, lane, key, owner, lease).await?),
-            Backend::Redlock(b) => polled_on(b.home(), quorum::acquire(b, key, owner, lease)).await,
-            Backend::Memory(b) => Ok(b.acquire(key, owner, lease)),
-        }
-    }
-
-    /// Frees the lock if `owner` (one acquisition) holds it; `token` goes
-    /// out with the release notice, so that a waiter told by several nodes
-    /// wakes once.
-    pub(crate) async fn release(
-        &self,
-        lane: &Lane,
-        key: &str,
-        owner: &str,
-        token: u64,
-    ) -> Result<Release, BackendError> {
-        match self {
-            Backend::Redis(b) => Ok(release(b, lane, key, owner, token).await?),
-            Backend::Sentinel(b) => Ok(release(b, lane, key, owner, token).await?),
-            Backend::Cluster(b) => Ok(release(b, lane, key, owner, token).await?),
-            Backend::Redlock(b) => polled_on(b.home(), quorum::release(b, key, owner, token)).await,
-            Backend::Memory(b) => Ok(b.release(key, owner)),
-        }
-    }
-
-    /// What the renewal found, per item.
-    pub(crate) async fn renew(
-        &self,
-        items: &[RenewItem<'_>],
-    ) -> Result<Vec<Renewal>, BackendError> {
-        match self {
-            Backend::Redis(b) => Ok(renew(b, items).await?),
-            Backend::Sentinel(b) => Ok(renew(b, items).await?),
-            Backend::Cluster(b) => Ok(renew(b, items).await?),
-            Backend::Redlock(b) => quorum::renew(b, items).await,
-            Backend::Memory(b) => Ok(b.renew(items)),
-        }
     }
 }
 

@@ -6,6 +6,7 @@
 pub(crate) mod admin;
 pub(crate) mod exclusive;
 pub(crate) mod memory;
+mod ops;
 mod quorum;
 pub(crate) mod sources;
 

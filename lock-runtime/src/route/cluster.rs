@@ -165,6 +165,14 @@ impl Route for ClusterBackend {
         Notices::Sharded
     }
 
+    async fn subscribe(&self, key: &str) -> Result<(), RedisError> {
+        ClusterBackend::subscribe(self, key).await
+    }
+
+    async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
+        ClusterBackend::unsubscribe(self, key).await
+    }
+
     fn client_id(&self) -> &str {
         &self.client_id
     }

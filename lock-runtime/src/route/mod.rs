@@ -12,6 +12,7 @@
 pub(crate) mod cluster;
 mod cluster_check;
 mod cluster_replicas;
+mod deployments;
 pub(crate) mod local;
 pub(crate) mod node;
 mod notices;
@@ -28,7 +29,8 @@ use ::redis::{Cmd, FromRedisValue, RedisError, Script, ToRedisArgs, Value};
 use tokio::runtime;
 
 use crate::error::{LockError, NodeFailure};
-use crate::kind::memory;
+
+pub(crate) use deployments::{Backend, Routed};
 
 /// Why a backend could not answer.
 #[derive(Debug, thiserror::Error)]
@@ -107,54 +109,6 @@ pub(crate) enum Lane {
     Local(runtime::Id, MultiplexedConnection),
 }
 
-/// The backends, dispatched by match: all are known to this crate.
-#[derive(Clone)]
-pub(crate) enum Backend {
-    Redis(node::RedisBackend),
-    Redlock(redlock::RedlockBackend),
-    Cluster(cluster::ClusterBackend),
-    Memory(memory::MemoryBackend),
-    /// A master found through Sentinel, followed across failovers.
-    Sentinel(sentinel::SentinelBackend),
-}
-
-impl Backend {
-    /// The connection for one call made from the current task.
-    pub(crate) fn lane(&self) -> Lane {
-        match self {
-            Backend::Redis(b) => b.lane(),
-            _ => Lane::Home,
-        }
-    }
-
-    /// Makes sure a release of `key` by another client will wake this one.
-    pub(crate) async fn watch_releases(&self, key: &str) -> Result<(), BackendError> {
-        match self {
-            Backend::Redis(b) => Ok(b.subscribe(key).await?),
-            Backend::Redlock(b) => b.subscribe(key).await,
-            Backend::Cluster(b) => Ok(b.subscribe(key).await?),
-            Backend::Memory(_) => Ok(()),
-            Backend::Sentinel(b) => Ok(b.subscribe(key).await?),
-        }
-    }
-
-    /// Stops listening for releases of `key` once nobody here waits on it.
-    pub(crate) async fn unwatch_releases(&self, key: &str) -> Result<(), BackendError> {
-        match self {
-            Backend::Redis(b) => Ok(b.unsubscribe(key).await?),
-            Backend::Redlock(b) => b.unsubscribe(key).await,
-            Backend::Cluster(b) => Ok(b.unsubscribe(key).await?),
-            Backend::Memory(_) => Ok(()),
-            Backend::Sentinel(b) => Ok(b.unsubscribe(key).await?),
-        }
-    }
-
-    /// Whether releases reach this client through pub/sub subscriptions.
-    pub(crate) fn subscribes(&self) -> bool {
-        !matches!(self, Backend::Memory(_))
-    }
-}
-
 /// One script call, ready to send: an `EVALSHA` of `script` whose first
 /// key is `key` (the key that routes it). A lock kind's operation (acquire,
 /// release, renew a batch) is one such value; a route sends it as it is.
@@ -227,6 +181,12 @@ pub(crate) trait Route: Sync {
 
     /// How release notices travel.
     fn notices(&self) -> Notices;
+
+    /// Makes sure a release of `key` by another client reaches this one.
+    fn subscribe(&self, key: &str) -> impl Future<Output = Result<(), RedisError>> + Send;
+
+    /// Stops listening for releases of `key`.
+    fn unsubscribe(&self, key: &str) -> impl Future<Output = Result<(), RedisError>> + Send;
 
     /// This client's id, which its release notices carry.
     fn client_id(&self) -> &str;

@@ -136,31 +136,6 @@ impl RedisBackend {
         })
     }
 
-    /// Names both connections (`CLIENT SETNAME`); the first error.
-    pub(crate) async fn set_name(&self, name: &str) -> Result<(), RedisError> {
-        let mut cmd = redis::cmd("CLIENT");
-        cmd.arg("SETNAME").arg(name);
-        let mut commands = self.commands.clone();
-        let mut pubsub = self.pubsub.clone();
-        let (a, b) = polled_on(&self.home, async {
-            tokio::join!(
-                cmd.query_async::<()>(&mut commands),
-                cmd.query_async::<()>(&mut pubsub)
-            )
-        })
-        .await;
-        a.and(b)
-    }
-
-    /// Runs `pipeline` on the client's command connection.
-    pub(crate) async fn query_pipeline<T: FromRedisValue>(
-        &self,
-        pipeline: &redis::Pipeline,
-    ) -> Result<T, RedisError> {
-        let mut con = self.commands.clone();
-        polled_on(&self.home, pipeline.query_async(&mut con)).await
-    }
-
     /// The client's runtime, which drives its connections.
     pub(crate) fn home(&self) -> &Handle {
         &self.home
@@ -205,6 +180,35 @@ impl RedisBackend {
     pub(crate) async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
         let mut con = self.pubsub.clone();
         polled_on(&self.home, con.unsubscribe(key)).await
+    }
+}
+
+/// What the operator's side and the connect-time checks send, none of
+/// it on a lock call's path.
+impl RedisBackend {
+    /// Names both connections (`CLIENT SETNAME`); the first error.
+    pub(crate) async fn set_name(&self, name: &str) -> Result<(), RedisError> {
+        let mut cmd = redis::cmd("CLIENT");
+        cmd.arg("SETNAME").arg(name);
+        let mut commands = self.commands.clone();
+        let mut pubsub = self.pubsub.clone();
+        let (a, b) = polled_on(&self.home, async {
+            tokio::join!(
+                cmd.query_async::<()>(&mut commands),
+                cmd.query_async::<()>(&mut pubsub)
+            )
+        })
+        .await;
+        a.and(b)
+    }
+
+    /// Runs `pipeline` on the client's command connection.
+    pub(crate) async fn query_pipeline<T: FromRedisValue>(
+        &self,
+        pipeline: &redis::Pipeline,
+    ) -> Result<T, RedisError> {
+        let mut con = self.commands.clone();
+        polled_on(&self.home, pipeline.query_async(&mut con)).await
     }
 
     /// The node's role (`master`, `slave`, `sentinel`), from `ROLE`.
@@ -329,6 +333,14 @@ impl Route for RedisBackend {
 
     fn notices(&self) -> Notices {
         Notices::Plain
+    }
+
+    async fn subscribe(&self, key: &str) -> Result<(), RedisError> {
+        RedisBackend::subscribe(self, key).await
+    }
+
+    async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
+        RedisBackend::unsubscribe(self, key).await
     }
 
     fn client_id(&self) -> &str {

@@ -433,6 +433,14 @@ impl Route for SentinelBackend {
         Notices::Plain
     }
 
+    async fn subscribe(&self, key: &str) -> Result<(), RedisError> {
+        SentinelBackend::subscribe(self, key).await
+    }
+
+    async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
+        SentinelBackend::unsubscribe(self, key).await
+    }
+
     fn client_id(&self) -> &str {
         &self.shared.client_id
     }

@@ -1,0 +1,160 @@
+//! The deployments a client can have, and the one place that dispatches
+//! among them: a lock kind sees a [`Routed`]: scripts on one route (one
+//! node, the Sentinel master, Cluster), a Redlock quorum, or memory.
+
+use ::redis::{Cmd, FromRedisValue, RedisError, Value};
+
+use super::cluster::ClusterBackend;
+use super::node::RedisBackend;
+use super::redlock::RedlockBackend;
+use super::sentinel::SentinelBackend;
+use super::{BackendError, Lane, Notices, Route, ScriptCall};
+use crate::kind::memory::MemoryBackend;
+use crate::replica_sync::ReplicaSync;
+
+/// The backends, dispatched by match: all are known to this crate.
+#[derive(Clone)]
+pub(crate) enum Backend {
+    Redis(RedisBackend),
+    Redlock(RedlockBackend),
+    Cluster(ClusterBackend),
+    Memory(MemoryBackend),
+    /// A master found through Sentinel, followed across failovers.
+    Sentinel(SentinelBackend),
+}
+
+/// A deployment where one route runs each script call.
+pub(crate) enum Scripted<'a> {
+    Node(&'a RedisBackend),
+    Sentinel(&'a SentinelBackend),
+    Cluster(&'a ClusterBackend),
+}
+
+/// What a lock kind runs its operations on.
+pub(crate) enum Routed<'a> {
+    /// Scripts on one route.
+    Scripts(Scripted<'a>),
+    /// The same scripts on N independent masters, decided by quorum.
+    Quorum(&'a RedlockBackend),
+    /// This process's memory.
+    Memory(&'a MemoryBackend),
+}
+
+impl Backend {
+    /// What a lock kind runs its operations on.
+    pub(crate) fn routed(&self) -> Routed<'_> {
+        match self {
+            Backend::Redis(b) => Routed::Scripts(Scripted::Node(b)),
+            Backend::Sentinel(b) => Routed::Scripts(Scripted::Sentinel(b)),
+            Backend::Cluster(b) => Routed::Scripts(Scripted::Cluster(b)),
+            Backend::Redlock(b) => Routed::Quorum(b),
+            Backend::Memory(b) => Routed::Memory(b),
+        }
+    }
+
+    /// The connection for one call made from the current task.
+    pub(crate) fn lane(&self) -> Lane {
+        match self {
+            Backend::Redis(b) => b.lane(),
+            _ => Lane::Home,
+        }
+    }
+
+    /// Makes sure a release of `key` by another client will wake this one.
+    pub(crate) async fn watch_releases(&self, key: &str) -> Result<(), BackendError> {
+        match self.routed() {
+            Routed::Scripts(route) => Ok(route.subscribe(key).await?),
+            Routed::Quorum(b) => b.subscribe(key).await,
+            Routed::Memory(_) => Ok(()),
+        }
+    }
+
+    /// Stops listening for releases of `key` once nobody here waits on it.
+    pub(crate) async fn unwatch_releases(&self, key: &str) -> Result<(), BackendError> {
+        match self.routed() {
+            Routed::Scripts(route) => Ok(route.unsubscribe(key).await?),
+            Routed::Quorum(b) => b.unsubscribe(key).await,
+            Routed::Memory(_) => Ok(()),
+        }
+    }
+
+    /// Whether releases reach this client through pub/sub subscriptions.
+    pub(crate) fn subscribes(&self) -> bool {
+        !matches!(self, Backend::Memory(_))
+    }
+}
+
+/// Each call goes to the deployment's own route.
+impl Route for Scripted<'_> {
+    async fn run<T: FromRedisValue + Send>(
+        &self,
+        lane: &Lane,
+        call: &ScriptCall<'_>,
+    ) -> Result<T, RedisError> {
+        match self {
+            Scripted::Node(b) => b.run(lane, call).await,
+            Scripted::Sentinel(b) => b.run(lane, call).await,
+            Scripted::Cluster(b) => b.run(lane, call).await,
+        }
+    }
+
+    fn sync(&self) -> Option<ReplicaSync> {
+        match self {
+            Scripted::Node(b) => b.sync(),
+            Scripted::Sentinel(b) => b.sync(),
+            Scripted::Cluster(b) => b.sync(),
+        }
+    }
+
+    async fn run_synced(
+        &self,
+        call: ScriptCall<'_>,
+        undo: Option<Cmd>,
+    ) -> Result<(Value, usize), RedisError> {
+        match self {
+            Scripted::Node(b) => b.run_synced(call, undo).await,
+            Scripted::Sentinel(b) => b.run_synced(call, undo).await,
+            Scripted::Cluster(b) => b.run_synced(call, undo).await,
+        }
+    }
+
+    fn batches(&self, keys: &[&str]) -> Vec<Vec<usize>> {
+        match self {
+            Scripted::Node(b) => b.batches(keys),
+            Scripted::Sentinel(b) => b.batches(keys),
+            Scripted::Cluster(b) => b.batches(keys),
+        }
+    }
+
+    fn notices(&self) -> Notices {
+        match self {
+            Scripted::Node(b) => b.notices(),
+            Scripted::Sentinel(b) => b.notices(),
+            Scripted::Cluster(b) => b.notices(),
+        }
+    }
+
+    async fn subscribe(&self, key: &str) -> Result<(), RedisError> {
+        match self {
+            Scripted::Node(b) => Route::subscribe(*b, key).await,
+            Scripted::Sentinel(b) => Route::subscribe(*b, key).await,
+            Scripted::Cluster(b) => Route::subscribe(*b, key).await,
+        }
+    }
+
+    async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
+        match self {
+            Scripted::Node(b) => Route::unsubscribe(*b, key).await,
+            Scripted::Sentinel(b) => Route::unsubscribe(*b, key).await,
+            Scripted::Cluster(b) => Route::unsubscribe(*b, key).await,
+        }
+    }
+
+    fn client_id(&self) -> &str {
+        match self {
+            Scripted::Node(b) => b.client_id(),
+            Scripted::Sentinel(b) => b.client_id(),
+            Scripted::Cluster(b) => b.client_id(),
+        }
+    }
+}

@@ -1,8 +1,9 @@
 //! Sentinel: a master, a replica and three sentinels, real redis-server
 //! processes on loopback ports. Locks work through the sentinels, follow a
 //! failover after the master is killed, and a lock held across the failover
-//! with `sync_replicas` is reported lost before another owner gets it. One
-//! test at a time: each starts five servers and kills one.
+//! with `sync_replicas` is reported lost before another owner gets it, and a
+//! release the promoted replica missed is sent to it again. One test at a
+//! time: each starts five servers and kills one.
 mod support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -370,5 +371,84 @@ async fn a_lock_the_replica_misses_is_refused_with_sync_replicas_and_taken_twice
     assert!(
         matches!(outcome, Err(LockError::Lost { .. })),
         "the first owner was told, late: {outcome:?}"
+    );
+}
+
+/// The state letter (`h`, `w`, `f`) of the lock `key` on `server`, if it
+/// answers and has one.
+fn lock_state(server: &TcpServer, key: &str) -> Option<String> {
+    let value: Option<String> = server
+        .query(redis::cmd("GET").arg(format!("lock:{key}")))
+        .flatten();
+    value
+        .and_then(|v| parse_lock(&v))
+        .map(|(_, state, _)| state)
+}
+
+/// How soon after the promotion the released key must be free again: well
+/// under its 30 s lease.
+const FREED_WITHIN: Duration = Duration::from_secs(10);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_the_replica_missed_is_sent_again_to_the_promoted_replica() {
+    let _serial = SERIAL.lock().await;
+    let mut sentinels = Sentinels::start();
+    let first = client(&sentinels, LockClient::builder()).await;
+    let second = client(&sentinels, LockClient::builder()).await;
+
+    // The lock is taken with the default 30 s lease and reaches the replica.
+    let holder = support::Holder::start(&first, "stale", LockOptions::new()).await;
+    let acked: Option<i64> = sentinels.master.query(redis::cmd("WAIT").arg(1).arg(2000));
+    assert_eq!(acked, Some(1), "the replica has the hold");
+
+    // The replica's link is cut (frozen, then dropped by the master), so
+    // the release that follows lands on the master only; then the master
+    // dies and the replica, which never heard of the release, is promoted.
+    let paused = sentinels.replica.pause();
+    let dropped: Option<i64> = sentinels
+        .master
+        .query(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"));
+    assert_eq!(dropped, Some(1), "the master dropped its replica");
+    holder.release().await.expect("released on the master");
+    let on_master = lock_state(&sentinels.master, "stale");
+    assert_eq!(on_master.as_deref(), Some("f"), "free on the master");
+    sentinels.master.kill();
+    drop(paused);
+    let on_replica = lock_state(&sentinels.replica, "stale");
+    assert_eq!(on_replica.as_deref(), Some("h"), "the replica missed it");
+    let promoted = support::sentinel::wait_until(FAILOVER_LIMIT, || {
+        sentinels.current_master_port() == Some(sentinels.replica.port)
+            && sentinels
+                .replica
+                .query::<Vec<redis::Value>>(&mut redis::cmd("ROLE"))
+                .and_then(|role| role.into_iter().next())
+                .is_some_and(|kind| kind == redis::Value::BulkString(b"master".to_vec()))
+    });
+    assert!(promoted, "the replica was promoted");
+
+    // Another client takes the key without waiting, within a few seconds
+    // of the promotion: the first client sent its release again there.
+    let start = Instant::now();
+    let mut taken = None;
+    let mut last = None;
+    while taken.is_none() && start.elapsed() < FREED_WITHIN {
+        let options = LockOptions::new().wait(Duration::ZERO);
+        let body = async { Ok::<_, LockError>(start.elapsed()) };
+        match second.run_locked("stale", options, body).await {
+            Ok(at) => taken = Some(at),
+            Err(error) => {
+                last = Some(error);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    let state = lock_state(&sentinels.replica, "stale");
+    println!(
+        "after the promotion: taken {taken:?}; the key on the new master is {state:?}; \
+         last refusal {last:?}"
+    );
+    assert!(
+        taken.is_some(),
+        "the key was still held {FREED_WITHIN:?} after the promotion (state {state:?}): {last:?}"
     );
 }

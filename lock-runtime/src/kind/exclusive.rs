@@ -57,12 +57,20 @@ fn release_script(notices: Notices) -> &'static Script {
     }
 }
 
-/// The release of `owner`'s hold of `key`, with `token` in its notice.
-fn release_call<'a>(route: &impl Route, key: &'a str, owner: &str, token: u64) -> ScriptCall<'a> {
+/// The release of `owner`'s hold of `key` (of lease `lease`), with
+/// `token` in its notice.
+fn release_call<'a>(
+    route: &impl Route,
+    key: &'a str,
+    (owner, token): (&str, u64),
+    lease: Duration,
+) -> ScriptCall<'a> {
     let client_id = route.client_id();
     let args = (owner, client_id, token);
     let size = owner.len() + client_id.len() + 20;
-    ScriptCall::new(release_script(route.notices()), key, args, size)
+    let mut call = ScriptCall::new(release_script(route.notices()), key, args, size);
+    call.replay = Some(lease);
+    call
 }
 
 /// Takes `key` for `owner` for `lease` on `route`, over `lane`.
@@ -93,7 +101,7 @@ async fn acquire_synced(
 ) -> Result<Acquire, RedisError> {
     let needed = route.sync().map_or(0, |sync| sync.replicas);
     let call = ScriptCall::new(&ACQUIRE, key, (owner, millis(lease)), owner.len() + 20);
-    let undo = release_call(route, key, owner, 0).cmd;
+    let undo = release_call(route, key, (owner, 0), lease).cmd;
     let (answer, acked) = route.run_synced(call, Some(undo)).await?;
     match acquired(redis::from_redis_value(answer)?)? {
         Acquire::Acquired(token) if acked < needed => Ok(Acquire::NotReplicated { token, acked }),
@@ -101,16 +109,16 @@ async fn acquire_synced(
     }
 }
 
-/// Frees `key` if `owner` holds it; `token` goes out with the notice, so
-/// that a waiter told by several nodes wakes once.
+/// Frees `key` if `owner` holds it (a hold of lease `lease`); `token` goes
+/// out with the notice, so that a waiter told by several nodes wakes once.
 pub(crate) async fn release(
     route: &impl Route,
     lane: &Lane,
     key: &str,
-    owner: &str,
-    token: u64,
+    (owner, token): (&str, u64),
+    lease: Duration,
 ) -> Result<Release, RedisError> {
-    let call = release_call(route, key, owner, token);
+    let call = release_call(route, key, (owner, token), lease);
     let freed: i64 = route.run(lane, &call).await?;
     Ok(if freed == 1 {
         Release::Freed
@@ -191,6 +199,7 @@ async fn renew_batch(
         script: &RENEW,
         key: items[indexes[0]].key,
         cmd,
+        replay: None,
     };
     let (renewed, synced): (Vec<i64>, bool) = match route.sync() {
         None => (route.run(&Lane::Home, &call).await?, true),

@@ -26,19 +26,21 @@ impl Backend {
         }
     }
 
-    /// Frees the lock if `owner` (one acquisition) holds it; `token` goes
-    /// out with the release notice, so that a waiter told by several nodes
-    /// wakes once.
+    /// Frees the lock if `owner` (one acquisition, of lease `lease`) holds
+    /// it; `token` goes out with the release notice, so that a waiter told
+    /// by several nodes wakes once.
     pub(crate) async fn release(
         &self,
         lane: &Lane,
         key: &str,
-        owner: &str,
-        token: u64,
+        (owner, token): (&str, u64),
+        lease: Duration,
     ) -> Result<Release, BackendError> {
         match self.routed() {
-            Routed::Scripts(route) => Ok(release(&route, lane, key, owner, token).await?),
-            Routed::Quorum(b) => polled_on(b.home(), quorum::release(b, key, owner, token)).await,
+            Routed::Scripts(route) => Ok(release(&route, lane, key, (owner, token), lease).await?),
+            Routed::Quorum(b) => {
+                polled_on(b.home(), quorum::release(b, key, (owner, token), lease)).await
+            }
             Routed::Memory(b) => Ok(b.release(key, owner)),
         }
     }

@@ -61,7 +61,7 @@ pub(crate) async fn acquire(
         // Not taken: give back what was taken, on every node, also where
         // the acquire failed (it may still land there).
         let _ = b
-            .on_all(|node| exclusive::release(node, &Lane::Home, key, owner, 0))
+            .on_all(|node| exclusive::release(node, &Lane::Home, key, (owner, 0), lease))
             .await;
     }
     if tokens.is_empty() && ttls.len() >= b.quorum() {
@@ -109,11 +109,11 @@ async fn write_back(
 pub(crate) async fn release(
     b: &RedlockBackend,
     key: &str,
-    owner: &str,
-    token: u64,
+    (owner, token): (&str, u64),
+    lease: Duration,
 ) -> Result<Release, BackendError> {
     let answers = b
-        .on_all(|node| exclusive::release(node, &Lane::Home, key, owner, token))
+        .on_all(|node| exclusive::release(node, &Lane::Home, key, (owner, token), lease))
         .await;
     let freed = answers
         .iter()

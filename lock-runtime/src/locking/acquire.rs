@@ -282,6 +282,7 @@ async fn attempt(
         lane: &'a Lane,
         key: &'a str,
         owner: &'a OwnerId,
+        lease: Duration,
         done: bool,
     }
     impl Drop for InFlight<'_> {
@@ -291,15 +292,16 @@ async fn attempt(
             }
             let client = self.client.clone();
             let (lane, key, owner) = (self.lane.clone(), self.key.to_owned(), *self.owner);
+            let lease = self.lease;
             self.client.inner.io.spawn(async move {
                 let backend = &client.inner.backend;
-                let released = backend.release(&lane, &key, &owner, 0).await;
+                let released = backend.release(&lane, &key, (&owner, 0), lease).await;
                 if released.is_err() {
                     // The caller's runtime, which drives a local connection,
                     // has ended or does not run, or the connection broke: by
                     // now the acquire has landed or never will, so the
                     // client's connection can follow it.
-                    let _ = backend.release(&Lane::Home, &key, &owner, 0).await;
+                    let _ = backend.release(&Lane::Home, &key, (&owner, 0), lease).await;
                 }
             });
         }
@@ -309,6 +311,7 @@ async fn attempt(
         lane,
         key,
         owner,
+        lease,
         done: false,
     };
     let outcome = client.inner.backend.acquire(lane, key, owner, lease).await;

@@ -32,7 +32,9 @@ pub(crate) async fn release(client: &LockClient, held: &HeldLock, lane: &Lane) -
     let inner = &client.inner;
     let owner = held.owner_id();
     let backend = &inner.backend;
-    let mut answer = backend.release(lane, &held.key, &owner, held.token).await;
+    let mut answer = backend
+        .release(lane, &held.key, (&owner, held.token), held.lease())
+        .await;
     if matches!(&answer, Err(error) if error.is_foreign()) {
         // Another program's value at the lock's name: the lock is not there.
         answer = Ok(Release::NotHeld);
@@ -41,7 +43,7 @@ pub(crate) async fn release(client: &LockClient, held: &HeldLock, lane: &Lane) -
     // counts as a success.
     if answer.is_err() && !cfg!(feature = "defect-ok-after-unknown-release") {
         answer = backend
-            .release(&Lane::Home, &held.key, &owner, held.token)
+            .release(&Lane::Home, &held.key, (&owner, held.token), held.lease())
             .await;
     }
     let released = match answer {

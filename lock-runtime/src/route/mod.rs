@@ -17,6 +17,7 @@ pub(crate) mod local;
 pub(crate) mod node;
 mod notices;
 pub(crate) mod redlock;
+mod replay;
 mod replicas;
 pub(crate) mod sentinel;
 pub(crate) mod target;
@@ -116,6 +117,10 @@ pub(crate) struct ScriptCall<'a> {
     pub script: &'static Script,
     pub key: &'a str,
     pub cmd: Cmd,
+    /// A release of a hold of this lease: a route that can fail over keeps
+    /// it for that long, to send it again to a new master (see
+    /// `route/replay.rs`).
+    pub replay: Option<Duration>,
 }
 
 impl<'a> ScriptCall<'a> {
@@ -135,7 +140,12 @@ impl<'a> ScriptCall<'a> {
             .arg(1)
             .arg(key)
             .arg(args);
-        ScriptCall { script, key, cmd }
+        ScriptCall {
+            script,
+            key,
+            cmd,
+            replay: None,
+        }
     }
 }
 

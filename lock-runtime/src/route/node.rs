@@ -211,6 +211,23 @@ impl RedisBackend {
         polled_on(&self.home, pipeline.query_async(&mut con)).await
     }
 
+    /// Loads `scripts`, then runs `pipeline` (whose errors are kept per
+    /// command) on the client's command connection: each command's answer.
+    pub(crate) async fn query_loaded(
+        &self,
+        pipeline: redis::Pipeline,
+        scripts: Vec<&'static Script>,
+    ) -> Result<Vec<redis::RedisResult<Value>>, RedisError> {
+        let mut con = self.commands.clone();
+        polled_on(&self.home, async {
+            for script in scripts {
+                script.load_async(&mut con).await?;
+            }
+            pipeline.query_async(&mut con).await
+        })
+        .await
+    }
+
     /// The node's role (`master`, `slave`, `sentinel`), from `ROLE`.
     pub(crate) async fn role(&self) -> Result<String, RedisError> {
         let mut con = self.commands.clone();

@@ -8,10 +8,12 @@
 //! error, a timeout, or `READONLY` (the node was demoted to a replica),
 //! starts a follower task, which asks the sentinels again every 200 ms
 //! (for at most a minute) until they name another master or the current
-//! one answers again. On a new master it connects a new [`RedisBackend`], swaps it in,
-//! subscribes there to every release channel this client listens on, and
-//! wakes every waiter, as after a reconnect: releases published during the
-//! switch were not heard. The request that failed is not retried: it fails
+//! one answers again. On a new master it connects a new [`RedisBackend`],
+//! swaps it in, subscribes there to every release channel this client
+//! listens on, sends it again the releases of the last lease (see
+//! [`super::replay`]: one that reached the old master just before the switch
+//! may not have reached the new one), and wakes every waiter, as after a
+//! reconnect: releases published during the switch were not heard. The request that failed is not retried: it fails
 //! (its outcome unknown, as any request cut by a fault), and the next one
 //! goes to the new master.
 //!
@@ -27,6 +29,7 @@ use redis::{Cmd, ErrorKind, FromRedisValue, PushInfo, PushKind, RedisError, Valu
 use tokio::runtime::Handle;
 
 use super::node::{open_client, RedisBackend, RedisConfig};
+use super::replay::ReplayLog;
 use super::{Lane, Notices, Route, ScriptCall};
 use crate::node_name::node_name;
 use crate::replica_sync::ReplicaSync;
@@ -87,6 +90,8 @@ struct Shared {
     /// The release channels this client listens on, to subscribe to on a
     /// new master.
     channels: Mutex<HashSet<String>>,
+    /// The releases of the last lease, sent again to a new master.
+    replay: ReplayLog,
 }
 
 impl SentinelBackend {
@@ -120,6 +125,7 @@ impl SentinelBackend {
             master: RwLock::new(Arc::new(Master { addr, backend })),
             following: tokio::sync::Mutex::new(()),
             channels: Mutex::new(HashSet::new()),
+            replay: ReplayLog::new(),
         };
         let shared = Arc::new(shared);
         for url in &shared.sentinels {
@@ -224,6 +230,19 @@ impl SentinelBackend {
                 tracing::debug!(%error, "resubscribe on the new master failed");
             }
         }
+        // Releases the old master took but may not have streamed to this
+        // one; before the waiters wake, so that they find those keys free.
+        let backend = &master.backend;
+        let replayed = (shared.replay)
+            .replay(
+                |_| Some(0),
+                |pipeline, scripts| backend.query_loaded(pipeline, scripts),
+            )
+            .await;
+        tracing::info!(
+            ?replayed,
+            "releases of the last lease sent again to the new master"
+        );
         (shared.on_push)(PushInfo {
             kind: PushKind::Disconnection,
             data: Vec::new(),
@@ -406,6 +425,10 @@ impl Route for SentinelBackend {
         lane: &Lane,
         call: &ScriptCall<'_>,
     ) -> Result<T, RedisError> {
+        if let Some(lease) = call.replay {
+            // Kept before it is sent: a switch after the send finds it.
+            self.shared.replay.record(call, lease);
+        }
         let answer = self.master().backend.run(lane, call).await;
         self.check(&answer);
         answer

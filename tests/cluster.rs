@@ -1,9 +1,9 @@
 //! Redis Cluster: 3 masters with a replica each, started by each test on
 //! loopback ports: exclusion on keys over every master, wake-ups across
 //! clients, renewal split by slot, a waiter across a slot migration, a
-//! manual failover and a killed master during holds, sync_replicas, and a
-//! clear error on a node that is not a cluster. One test at a time: they
-//! share the machine's two cores.
+//! manual failover and a killed master during holds, sync_replicas, a
+//! client seeded with replicas only, and a clear error on a node that is
+//! not a cluster. One test at a time: they share the machine's two cores.
 mod support;
 
 use std::collections::HashSet;
@@ -112,6 +112,81 @@ async fn a_release_wakes_a_waiter_of_another_client_far_before_the_lease() {
             after < Duration::from_secs(3),
             "woken {after:?} after the release"
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_seeded_with_replicas_subscribes_on_the_master_and_wakes_at_the_release() {
+    let _serial = SERIAL.lock().await;
+    let cluster = RedisCluster::start();
+    let key = "seeded:1";
+    let lock_key = format!("lock:{key}");
+    let master = cluster.master_of(&lock_key);
+    let replica = cluster.replica_of(master);
+    // Replicas only, the key's own first: it serves the key's slot too (a
+    // replica accepts `SSUBSCRIBE` for its master's slots).
+    let mut seeds = vec![cluster.url(replica)];
+    seeds.extend(
+        (0..cluster.nodes.len())
+            .filter(|&i| i != replica && !cluster.is_master(i))
+            .map(|i| cluster.url(i)),
+    );
+    assert_eq!(seeds.len(), 3, "three replicas");
+    let seeds: Vec<&str> = seeds.iter().map(String::as_str).collect();
+    let holding = client(&cluster, LockClient::builder()).await;
+    let waiting = LockClient::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .cluster(&seeds)
+        .await
+        .expect("cluster connect through replicas");
+    let lease = Duration::from_secs(20);
+    let holder = Holder::start(&holding, key, options(Duration::ZERO, lease)).await;
+    let waiter = tokio::spawn(async move {
+        let opts = options(Duration::from_secs(30), lease);
+        waiting
+            .run_locked(key, opts, async { Ok::<_, LockError>(Instant::now()) })
+            .await
+    });
+    // The waiter's one subscription, wherever it is.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let counts = loop {
+        let counts: Vec<i64> = (0..cluster.nodes.len())
+            .map(|i| shard_subscribers(&cluster, i, &lock_key))
+            .collect();
+        if counts.iter().sum::<i64>() > 0 {
+            break counts;
+        }
+        assert!(Instant::now() < deadline, "the waiter did not subscribe");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(
+        (counts[master], counts[replica]),
+        (1, 0),
+        "subscribed on the key's master (node {master}), not its replica \
+         (node {replica}); subscribers by node: {counts:?}"
+    );
+    // The holder keeps the lock a moment longer, then releases it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    holder.release().await.expect("holder");
+    let got = waiter.await.expect("waiter").expect("waiter got the lock");
+    let after = got.saturating_duration_since(released);
+    assert!(
+        after < Duration::from_secs(3),
+        "woken {after:?} after the release (the lease was {lease:?})"
+    );
+}
+
+/// How many sharded subscribers node `i` has on `lock_key`'s channel.
+fn shard_subscribers(cluster: &RedisCluster, i: usize, lock_key: &str) -> i64 {
+    let counts: Vec<redis::Value> = redis::cmd("PUBSUB")
+        .arg("SHARDNUMSUB")
+        .arg(lock_key)
+        .query(&mut cluster.connection(i))
+        .expect("PUBSUB SHARDNUMSUB");
+    match counts.get(1) {
+        Some(redis::Value::Int(n)) => *n,
+        other => panic!("PUBSUB SHARDNUMSUB answered {other:?}"),
     }
 }
 

@@ -1,5 +1,5 @@
 //! Sharded pub/sub on Redis Cluster: the client's release channels, each
-//! subscribed by `SSUBSCRIBE` on the node that serves its slot.
+//! subscribed by `SSUBSCRIBE` on the master of its slot.
 //!
 //! redis-rs's cluster connection can subscribe too, but it forgets a
 //! channel that the server drops when its slot moves (the server's
@@ -7,22 +7,30 @@
 //! connection per node, one channel per `SSUBSCRIBE` (a command may not span
 //! slots), and for each channel the node it is subscribed on. A channel is
 //! subscribed again elsewhere when its node's connection drops (a killed or
-//! failed-over master) or when the server drops it (its slot moved). The
-//! node of a slot is learned from the cluster itself: a node that does not
-//! serve the slot answers `MOVED` with the one that does.
+//! failed-over master) or when the server drops it (its slot moved).
+//!
+//! The master of a slot is read from the cluster's slot map (`CLUSTER
+//! SLOTS`, asked of any reachable node; replicas answer it too), read again
+//! after a node is lost, a channel is dropped, or a subscription lands
+//! elsewhere than on the map's master. A replica accepts `SSUBSCRIBE` for
+//! its master's slots but relays nothing while it syncs, so the master is
+//! asked first. Without a map (no node answers it, or the user may not send
+//! it), or when the master refuses, the seeds are asked in turn, following
+//! `MOVED` answers, as a fallback.
 //!
 //! The client's push handler sees every message, confirmation and
 //! disconnection, as on one node: a disconnection wakes every waiter, and a
 //! (re)subscription's confirmation wakes the key's line, so a release
 //! published while the channel moved is not missed.
 
+mod slot_map;
+
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redis::cluster_routing::Slot;
 use redis::{
     AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, ProtocolVersion, PushInfo,
     PushKind, RedisError, Value,
@@ -30,6 +38,7 @@ use redis::{
 use tokio::sync::{mpsc, Mutex};
 
 use super::node::RedisConfig;
+use slot_map::{slot_of, SlotMap};
 
 /// How often a channel whose node went away is tried again, and the pause
 /// between tries; after that its waiters rely on the holder's expiry until
@@ -40,12 +49,20 @@ const RESUBSCRIBE_PAUSE: Duration = Duration::from_millis(250);
 /// `MOVED` hops followed from one node for one channel.
 const HOPS: usize = 3;
 
+/// Nodes asked for the slot map in one reading, each bounded by the
+/// connect and command timeouts.
+const MAP_ASKS: usize = 3;
+
+/// After a reading of the slot map that no node answered, how long the
+/// subscriptions do without one before asking again.
+const MAP_PAUSE: Duration = Duration::from_secs(1);
+
 /// What the push handlers tell the resubscription task.
 enum Event {
     /// The connection to this node dropped.
     NodeLost(Arc<str>),
-    /// The server dropped this channel (its slot moved away).
-    Dropped(Box<str>),
+    /// The server dropped this channel on this node (its slot moved away).
+    Dropped { node: Arc<str>, key: Box<str> },
 }
 
 type OnPush = Arc<dyn Fn(PushInfo) + Send + Sync>;
@@ -56,7 +73,7 @@ pub(crate) struct ShardedSubscriptions {
     /// The first seed's connection settings (credentials, TLS), used for
     /// every node with the node's address.
     base: ConnectionInfo,
-    /// The seeds' addresses: where to ask when a slot's node is not known.
+    /// The seeds' addresses: where to ask when a slot's master is not known.
     seeds: Vec<Arc<str>>,
     config: AsyncConnectionConfig,
     on_push: OnPush,
@@ -70,14 +87,18 @@ struct State {
     channels: HashMap<Box<str>, Option<Arc<str>>>,
     /// The subscription connection of each node, by `host:port`.
     nodes: HashMap<Arc<str>, MultiplexedConnection>,
-    /// The node last found serving each slot.
-    slots: HashMap<Slot, Arc<str>>,
+    /// The slots' masters as last read; `None`: to be read again before
+    /// the next subscription.
+    masters: Option<SlotMap>,
+    /// When a reading of the slot map last found no node to answer it.
+    unanswered: Option<Instant>,
     /// Nodes that failed to connect or answer: asked last, so that a node
     /// that is down (or frozen, which costs a connect timeout) delays only
     /// what no other node can do.
     failed: HashSet<Arc<str>>,
 }
 
+/// The channels: what the cluster route asks for, and their resubscription.
 impl ShardedSubscriptions {
     /// Prepares the subscriptions (no connection yet) and starts the task
     /// that moves channels when their node goes away; it ends with the
@@ -117,7 +138,7 @@ impl ShardedSubscriptions {
         Ok(this)
     }
 
-    /// Subscribes to `key`'s channel on the node that serves its slot.
+    /// Subscribes to `key`'s channel on the master of its slot.
     pub(crate) async fn subscribe(&self, key: &str) -> Result<(), RedisError> {
         let mut state = self.state.lock().await;
         match self.subscribe_somewhere(&mut state, key).await {
@@ -149,28 +170,79 @@ impl ShardedSubscriptions {
             .map(drop)
     }
 
-    /// Subscribes `key` on the node of its slot: the one last seen serving
-    /// it, else each seed in turn, following `MOVED` answers. The node it
-    /// is subscribed on.
+    /// Subscribes again the channels in `moved` that are still wanted and
+    /// not subscribed; the ones that fail, again after a pause.
+    async fn resubscribe(&self, mut moved: Vec<Box<str>>) {
+        for _ in 0..RESUBSCRIBE_TRIES {
+            let mut failed = Vec::new();
+            for key in moved {
+                let mut state = self.state.lock().await;
+                if !matches!(state.channels.get(&key), Some(None)) {
+                    continue;
+                }
+                match self.subscribe_somewhere(&mut state, &key).await {
+                    Ok(node) => {
+                        state.channels.insert(key, Some(node));
+                    }
+                    Err(error) => {
+                        tracing::debug!(%error, key = &*key, "resubscribe failed; retrying");
+                        failed.push(key);
+                    }
+                }
+            }
+            if failed.is_empty() {
+                return;
+            }
+            moved = failed;
+            tokio::time::sleep(RESUBSCRIBE_PAUSE).await;
+        }
+        tracing::warn!(
+            channels = moved.len(),
+            "release channels not resubscribed; their waiters rely on the holders' expiry"
+        );
+    }
+}
+
+/// Where a channel goes: the slot's master, by the slot map, else by the
+/// seeds and `MOVED`.
+impl ShardedSubscriptions {
+    /// Subscribes `key` on the master of its slot, as the slot map says;
+    /// else on the first node, from the seeds on, that takes it (following
+    /// `MOVED` answers). The node it is subscribed on.
     async fn subscribe_somewhere(
         &self,
         state: &mut State,
         key: &str,
     ) -> Result<Arc<str>, RedisError> {
-        let slot = Slot::for_key(key);
-        let mut starts: Vec<Arc<str>> = state.slots.get(&slot).cloned().into_iter().collect();
-        for node in self.seeds.iter().chain(state.nodes.keys()) {
-            if !starts.contains(node) {
-                starts.push(node.clone());
-            }
+        let slot = slot_of(key.as_bytes());
+        let master = self.master_of(state, slot).await;
+        let node = self
+            .subscribe_from(state, key, master.iter().cloned().collect())
+            .await?;
+        if master.as_ref() == Some(&node) {
+            return Ok(node);
         }
-        // Stable: the slot's last node, then the seeds, keep their order.
-        starts.sort_by_key(|node| state.failed.contains(node));
+        // A node the map does not name as the slot's master (no map, an
+        // old one, or the master refused): maybe a replica, which relays
+        // nothing while it syncs. Read the map again and move there.
+        state.masters = None;
+        Ok(self.move_to_master(state, key, slot, node).await)
+    }
+
+    /// Subscribes `key` on the first node of `first`, the seeds and the
+    /// known nodes (failed ones last) that takes it, following up to `HOPS`
+    /// `MOVED` answers from each.
+    async fn subscribe_from(
+        &self,
+        state: &mut State,
+        key: &str,
+        first: Vec<Arc<str>>,
+    ) -> Result<Arc<str>, RedisError> {
         let mut last = None;
         // Nodes that failed in this call: a redirect to one of them ends
         // the search (a frozen master costs one timeout, not one per seed).
         let mut failed_now: Vec<Arc<str>> = Vec::new();
-        for start in starts {
+        for start in self.candidates(state, first) {
             let mut node = start;
             for _ in 0..HOPS {
                 if failed_now.contains(&node) {
@@ -179,19 +251,16 @@ impl ShardedSubscriptions {
                 match self.ssubscribe_on(state, &node, key).await {
                     Ok(()) => {
                         state.failed.remove(&node);
-                        state.slots.insert(slot, node.clone());
                         return Ok(node);
                     }
                     Err(error) => {
                         if let Some((to, _)) = error.redirect_node() {
+                            // The map (if any) is old.
+                            state.masters = None;
                             node = to.into();
                             continue;
                         }
-                        if error.is_io_error()
-                            || error.is_connection_refusal()
-                            || error.is_connection_dropped()
-                            || error.is_timeout()
-                        {
+                        if is_lost(&error) {
                             state.nodes.remove(&node);
                             state.failed.insert(node.clone());
                             failed_now.push(node);
@@ -210,6 +279,107 @@ impl ShardedSubscriptions {
         }))
     }
 
+    /// Moves `key`'s channel from `node` to the slot's master, if a fresh
+    /// slot map names another one that has not failed and it takes the
+    /// channel. The node the channel is on.
+    async fn move_to_master(
+        &self,
+        state: &mut State,
+        key: &str,
+        slot: u16,
+        node: Arc<str>,
+    ) -> Arc<str> {
+        let Some(master) = self.master_of(state, slot).await else {
+            return node;
+        };
+        if master == node || state.failed.contains(&master) {
+            return node;
+        }
+        match self.ssubscribe_on(state, &master, key).await {
+            Ok(()) => {
+                // The server's confirmation names `node`, whose channel no
+                // longer counts (see `follow`).
+                if let Some(mut con) = state.nodes.get(&node).cloned() {
+                    let dropped = redis::cmd("SUNSUBSCRIBE")
+                        .arg(key)
+                        .query_async::<Value>(&mut con)
+                        .await;
+                    if let Err(error) = dropped {
+                        tracing::debug!(%error, key, "unsubscribe from a non-master failed");
+                    }
+                }
+                master
+            }
+            Err(error) => {
+                tracing::debug!(%error, key, "subscribe on the slot's master failed");
+                if is_lost(&error) {
+                    state.nodes.remove(&master);
+                    state.failed.insert(master);
+                }
+                node
+            }
+        }
+    }
+}
+
+/// The slot map: which node is each slot's master, and whom to ask.
+impl ShardedSubscriptions {
+    /// The master of `slot` in the slot map, read first if there is none.
+    async fn master_of(&self, state: &mut State, slot: u16) -> Option<Arc<str>> {
+        if state.masters.is_none() {
+            self.read_masters(state).await;
+        }
+        state.masters.as_ref()?.master_of(slot).cloned()
+    }
+
+    /// Reads the slot map from the first of up to `MAP_ASKS` nodes (the
+    /// connected ones, then the seeds; failed ones last) that answers it.
+    /// Not again within `MAP_PAUSE` of a reading that no node answered.
+    async fn read_masters(&self, state: &mut State) {
+        if state.unanswered.is_some_and(|at| at.elapsed() < MAP_PAUSE) {
+            return;
+        }
+        let connected = state.nodes.keys().cloned().collect();
+        for node in self.candidates(state, connected).into_iter().take(MAP_ASKS) {
+            let answer = match self.connection(state, &node).await {
+                Ok(mut con) => SlotMap::read(&mut con, &node).await,
+                Err(error) => Err(error),
+            };
+            match answer {
+                Ok(map) if !map.is_empty() => {
+                    state.masters = Some(map);
+                    state.unanswered = None;
+                    return;
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::debug!(%error, node = &*node, "no slot map from a cluster node");
+                    if is_lost(&error) {
+                        state.nodes.remove(&node);
+                        state.failed.insert(node);
+                    }
+                }
+            }
+        }
+        state.unanswered = Some(Instant::now());
+    }
+
+    /// `first`, then the seeds, then the other known nodes, each once;
+    /// nodes that failed last, each part keeping its order.
+    fn candidates(&self, state: &State, first: Vec<Arc<str>>) -> Vec<Arc<str>> {
+        let mut nodes = first;
+        for node in self.seeds.iter().chain(state.nodes.keys()) {
+            if !nodes.contains(node) {
+                nodes.push(node.clone());
+            }
+        }
+        nodes.sort_by_key(|node| state.failed.contains(node));
+        nodes
+    }
+}
+
+/// The connections, one per node.
+impl ShardedSubscriptions {
     /// `SSUBSCRIBE key` on `node`, connecting to it first if needed.
     async fn ssubscribe_on(
         &self,
@@ -217,19 +387,26 @@ impl ShardedSubscriptions {
         node: &Arc<str>,
         key: &str,
     ) -> Result<(), RedisError> {
-        let mut con = match state.nodes.get(node) {
-            Some(con) => con.clone(),
-            None => {
-                let con = self.connect(node).await?;
-                state.nodes.insert(node.clone(), con.clone());
-                con
-            }
-        };
+        let mut con = self.connection(state, node).await?;
         redis::cmd("SSUBSCRIBE")
             .arg(key)
             .query_async::<Value>(&mut con)
             .await
             .map(drop)
+    }
+
+    /// The connection to `node`, made first if there is none.
+    async fn connection(
+        &self,
+        state: &mut State,
+        node: &Arc<str>,
+    ) -> Result<MultiplexedConnection, RedisError> {
+        if let Some(con) = state.nodes.get(node) {
+            return Ok(con.clone());
+        }
+        let con = self.connect(node).await?;
+        state.nodes.insert(node.clone(), con.clone());
+        Ok(con)
     }
 
     /// A RESP3 connection to `node` (`host:port`) that reports its pushes.
@@ -267,7 +444,10 @@ impl ShardedSubscriptions {
                 PushKind::SUnsubscribe => {
                     if let Some(Value::BulkString(channel)) = info.data.first() {
                         if let Ok(key) = std::str::from_utf8(channel) {
-                            let _ = events.send(Event::Dropped(key.into()));
+                            let _ = events.send(Event::Dropped {
+                                node: name.clone(),
+                                key: key.into(),
+                            });
                         }
                     }
                 }
@@ -280,38 +460,6 @@ impl ShardedSubscriptions {
             .get_multiplexed_async_connection_with_config(&config)
             .await
     }
-
-    /// Subscribes again the channels in `moved` that are still wanted and
-    /// not subscribed; the ones that fail, again after a pause.
-    async fn resubscribe(&self, mut moved: Vec<Box<str>>) {
-        for _ in 0..RESUBSCRIBE_TRIES {
-            let mut failed = Vec::new();
-            for key in moved {
-                let mut state = self.state.lock().await;
-                if !matches!(state.channels.get(&key), Some(None)) {
-                    continue;
-                }
-                match self.subscribe_somewhere(&mut state, &key).await {
-                    Ok(node) => {
-                        state.channels.insert(key, Some(node));
-                    }
-                    Err(error) => {
-                        tracing::debug!(%error, key = &*key, "resubscribe failed; retrying");
-                        failed.push(key);
-                    }
-                }
-            }
-            if failed.is_empty() {
-                return;
-            }
-            moved = failed;
-            tokio::time::sleep(RESUBSCRIBE_PAUSE).await;
-        }
-        tracing::warn!(
-            channels = moved.len(),
-            "release channels not resubscribed; their waiters rely on the holders' expiry"
-        );
-    }
 }
 
 /// The resubscription task: runs while the subscriptions live.
@@ -323,7 +471,9 @@ async fn follow(mut queue: mpsc::UnboundedReceiver<Event>, this: Weak<ShardedSub
             match event {
                 Event::NodeLost(node) => {
                     state.nodes.remove(&node);
-                    state.slots.retain(|_, n| *n != node);
+                    // A failover, maybe: the next subscription reads the
+                    // slot map again.
+                    state.masters = None;
                     let mut moved = Vec::new();
                     for (key, on) in state.channels.iter_mut() {
                         if on.as_ref() == Some(&node) {
@@ -333,10 +483,13 @@ async fn follow(mut queue: mpsc::UnboundedReceiver<Event>, this: Weak<ShardedSub
                     }
                     moved
                 }
-                Event::Dropped(key) => match state.channels.get_mut(&key) {
-                    Some(on @ Some(_)) => {
+                // Only a channel still counted on that node: one moved to
+                // its master by `move_to_master` is dropped on the old
+                // node on purpose.
+                Event::Dropped { node, key } => match state.channels.get_mut(&key) {
+                    Some(on) if on.as_ref() == Some(&node) => {
                         *on = None;
-                        state.slots.remove(&Slot::for_key(&*key));
+                        state.masters = None;
                         vec![key]
                     }
                     _ => Vec::new(),
@@ -349,6 +502,15 @@ async fn follow(mut queue: mpsc::UnboundedReceiver<Event>, this: Weak<ShardedSub
             tokio::spawn(async move { this.resubscribe(moved).await });
         }
     }
+}
+
+/// Whether `error` says the node is unreachable or gone (rather than that
+/// it refused the command).
+fn is_lost(error: &RedisError) -> bool {
+    error.is_io_error()
+        || error.is_connection_refusal()
+        || error.is_connection_dropped()
+        || error.is_timeout()
 }
 
 /// `host:port` of a TCP address.

@@ -714,3 +714,87 @@ async fn a_slow_replica_delays_only_the_synced_calls_on_its_own_master() {
         "the healthy master's call took {took:?}"
     );
 }
+
+/// The state (`h`, `w`, `f`) of `key`'s lock on node `i`, read as a
+/// replica would serve it (`READONLY`).
+fn lock_state(cluster: &RedisCluster, i: usize, key: &str) -> Option<String> {
+    let mut con = cluster.connection(i);
+    let _: redis::RedisResult<()> = redis::cmd("READONLY").query(&mut con);
+    let value: Option<String> = redis::cmd("GET")
+        .arg(format!("lock:{key}"))
+        .query(&mut con)
+        .ok()
+        .flatten();
+    value
+        .and_then(|v| support::parse_lock(&v))
+        .map(|(_, state, _)| state)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_the_replica_missed_is_sent_again_to_the_promoted_replica() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RedisCluster::start();
+    let first = client(&cluster, LockClient::builder()).await;
+    let second = client(&cluster, LockClient::builder()).await;
+    let key = "stale";
+    let master = cluster.master_of(&format!("lock:{key}"));
+    let replica = cluster.replica_of(master);
+
+    // The lock is taken with the default 30 s lease and reaches the replica.
+    let holder = Holder::start(&first, key, LockOptions::new()).await;
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(2000)
+        .query(&mut cluster.connection(master))
+        .expect("WAIT");
+    assert_eq!(acked, 1, "the replica has the hold");
+    assert_eq!(lock_state(&cluster, replica, key).as_deref(), Some("h"));
+
+    // The replica's link is cut (frozen, then dropped by the master), so
+    // the release lands on the master only; then the master dies and the
+    // replica, which never heard of the release, is promoted.
+    cluster.signal(replica, "-STOP");
+    let dropped: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut cluster.connection(master))
+        .expect("CLIENT KILL");
+    assert_eq!(dropped, 1, "the master dropped its replica");
+    holder.release().await.expect("released on the master");
+    assert_eq!(lock_state(&cluster, master, key).as_deref(), Some("f"));
+    cluster.kill(master);
+    cluster.signal(replica, "-CONT");
+    assert_eq!(
+        lock_state(&cluster, replica, key).as_deref(),
+        Some("h"),
+        "the replica missed the release"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cluster.is_master(replica) {
+        assert!(Instant::now() < deadline, "the replica was not promoted");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Another client takes the key without waiting, within a few seconds
+    // of the promotion: the first client sent its release again there.
+    let start = Instant::now();
+    let mut taken = None;
+    let mut last = None;
+    while taken.is_none() && start.elapsed() < Duration::from_secs(10) {
+        let options = LockOptions::new().wait(Duration::ZERO);
+        let body = async { Ok::<_, LockError>(start.elapsed()) };
+        match second.run_locked(key, options, body).await {
+            Ok(at) => taken = Some(at),
+            Err(error) => {
+                last = Some(error);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    let state = lock_state(&cluster, replica, key);
+    assert!(
+        taken.is_some(),
+        "the key was still held 10 s after the promotion (state {state:?}): {last:?}"
+    );
+}

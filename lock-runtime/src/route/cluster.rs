@@ -13,6 +13,8 @@
 //!   the same lease.
 //! - **Batches** are one hash slot each (a script cannot touch two slots).
 //! - **Replicas**: with `sync_replicas`, see [`super::cluster_replicas`].
+//! - **Failovers**: releases of the last lease are sent again to a slot's
+//!   new master (see [`super::cluster_failover`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,12 +23,14 @@ use std::time::Duration;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
-use redis::{Cmd, FromRedisValue, PushInfo, RedisError, Value};
+use redis::{Cmd, ConnectionAddr, FromRedisValue, PushInfo, RedisError, Value};
 use tokio::runtime::Handle;
 
+use super::cluster_failover::follow_masters;
 use super::cluster_replicas::MasterPools;
 use super::node::{evalsha, RedisConfig};
 use super::notices::ShardedSubscriptions;
+use super::replay::ReplayLog;
 use super::{Lane, Notices, Route, ScriptCall};
 use crate::io::polled_on;
 use crate::replica_sync::ReplicaSync;
@@ -47,6 +51,8 @@ pub(crate) struct ClusterBackend {
     subscriptions: Arc<ShardedSubscriptions>,
     /// Present only with `sync_replicas`: the off switch costs nothing.
     synced: Option<Arc<MasterPools>>,
+    /// The releases of the last lease, sent again to a slot's new master.
+    replay: Arc<ReplayLog>,
     client_id: Arc<str>,
     home: Handle,
 }
@@ -97,10 +103,22 @@ impl ClusterBackend {
             }
             _ => None,
         };
+        let replay = Arc::new(ReplayLog::new());
+        let seed_host = urls
+            .first()
+            .and_then(|url| config.tls.client(url).ok())
+            .map(|client| match client.get_connection_info().addr() {
+                ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => host.clone(),
+                _ => String::new(),
+            })
+            .unwrap_or_default();
+        let follow = follow_masters(Arc::downgrade(&replay), commands.clone(), seed_host);
+        tokio::spawn(follow);
         Ok(ClusterBackend {
             commands,
             subscriptions,
             synced,
+            replay,
             client_id,
             home: Handle::current(),
         })
@@ -131,6 +149,10 @@ impl Route for ClusterBackend {
         _lane: &Lane,
         call: &ScriptCall<'_>,
     ) -> Result<T, RedisError> {
+        if let Some(lease) = call.replay {
+            // Kept before it is sent: a failover after the send finds it.
+            self.replay.record(call, lease);
+        }
         let mut con = self.commands.clone();
         polled_on(&self.home, evalsha(call.script, &call.cmd, &mut con)).await
     }

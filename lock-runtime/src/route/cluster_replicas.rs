@@ -16,10 +16,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::cluster_async::ClusterConnection;
-use redis::{Client, Cmd, ConnectionAddr, ConnectionInfo, RedisError, Script, Value};
+use redis::{Cmd, ConnectionAddr, ConnectionInfo, RedisError, Script, Value};
 use tokio::runtime::Handle;
 
 use super::replicas::Replicated;
+use super::slots::{node_client, slot_of, SlotMap};
 use crate::io::polled_on;
 use crate::replica_sync::ReplicaSync;
 
@@ -31,8 +32,10 @@ pub(crate) struct MasterPools {
     base: ConnectionInfo,
     /// The client's connect and command timeouts.
     timeouts: (Duration, Duration),
-    /// Slot ranges (first, last) and their master's `host:port`.
-    slots: Mutex<Vec<(u16, u16, Arc<str>)>>,
+    /// The first seed's host, for a master listed without one.
+    seed_host: String,
+    /// Each slot range's master, as last read.
+    slots: Mutex<SlotMap>,
     /// Set when the map may be out of date: asked again before next use.
     stale: AtomicBool,
     pools: Mutex<HashMap<Arc<str>, Arc<Replicated>>>,
@@ -45,11 +48,16 @@ impl MasterPools {
         base: ConnectionInfo,
         timeouts: (Duration, Duration),
     ) -> Self {
+        let seed_host = match base.addr() {
+            ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => host.clone(),
+            _ => String::new(),
+        };
         MasterPools {
             sync,
             base,
+            seed_host,
             timeouts,
-            slots: Mutex::new(Vec::new()),
+            slots: Mutex::new(SlotMap::default()),
             stale: AtomicBool::new(true),
             pools: Mutex::new(HashMap::new()),
         }
@@ -71,7 +79,7 @@ impl MasterPools {
         cmd: Cmd,
         undo: Option<Cmd>,
     ) -> Result<(Value, usize), RedisError> {
-        let slot = slot_of(key);
+        let slot = slot_of(key.as_bytes());
         let known = match self.stale.swap(false, Ordering::Relaxed) {
             true => None,
             false => self.master_of(slot),
@@ -116,17 +124,13 @@ impl MasterPools {
     /// The master of `slot`, as last read.
     fn master_of(&self, slot: u16) -> Option<Arc<str>> {
         let slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        slots
-            .iter()
-            .find(|(first, last, _)| (*first..=*last).contains(&slot))
-            .map(|(_, _, master)| master.clone())
+        slots.master_of(slot).cloned()
     }
 
     /// Records that `master` serves `slot` now.
     fn set_master(&self, slot: u16, master: Arc<str>) {
         let mut slots = self.slots.lock().unwrap_or_else(PoisonError::into_inner);
-        slots.retain(|(first, last, _)| !(*first..=*last).contains(&slot));
-        slots.push((slot, slot, master));
+        slots.set(slot, master);
     }
 
     /// Reads the slot map by `CLUSTER SLOTS`.
@@ -141,7 +145,7 @@ impl MasterPools {
             redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut con),
         )
         .await?;
-        let map = slot_masters(answer)?;
+        let map = SlotMap::parse(answer, &self.seed_host);
         *self.slots.lock().unwrap_or_else(PoisonError::into_inner) = map;
         Ok(())
     }
@@ -156,100 +160,5 @@ impl MasterPools {
         let pool = Arc::new(Replicated::new(self.sync, client, self.timeouts));
         pools.insert(master.clone(), pool.clone());
         Ok(pool)
-    }
-}
-
-/// The hash slot of `key`: CRC16 (XMODEM) of its hash tag (the part
-/// between the first `{` and the next `}`, when not empty) or of the whole
-/// key, modulo 16384.
-pub(crate) fn slot_of(key: &str) -> u16 {
-    let key = key.as_bytes();
-    let tag = key.iter().position(|b| *b == b'{').and_then(|open| {
-        let rest = &key[open + 1..];
-        let close = rest.iter().position(|b| *b == b'}')?;
-        (close > 0).then(|| &rest[..close])
-    });
-    crc16::State::<crc16::XMODEM>::calculate(tag.unwrap_or(key)) % 16384
-}
-
-/// A client for the cluster node `node` (`host:port`) with `base`'s
-/// credentials and TLS settings.
-pub(crate) fn node_client(base: &ConnectionInfo, node: &str) -> Result<Client, RedisError> {
-    let (host, port) = node
-        .rsplit_once(':')
-        .and_then(|(h, p)| Some((h.to_owned(), p.parse().ok()?)))
-        .ok_or_else(|| {
-            RedisError::from((
-                redis::ErrorKind::Parse,
-                "a cluster node's address has no port",
-                node.to_owned(),
-            ))
-        })?;
-    let addr = match base.addr() {
-        ConnectionAddr::TcpTls {
-            insecure,
-            tls_params,
-            ..
-        } => ConnectionAddr::TcpTls {
-            host,
-            port,
-            insecure: *insecure,
-            tls_params: tls_params.clone(),
-        },
-        _ => ConnectionAddr::Tcp(host, port),
-    };
-    Client::open(base.clone().set_addr(addr))
-}
-
-/// `CLUSTER SLOTS`' answer as slot ranges and their master's `host:port`.
-pub(crate) fn slot_masters(answer: Value) -> Result<Vec<(u16, u16, Arc<str>)>, RedisError> {
-    let ranges: Vec<Vec<Value>> = redis::from_redis_value(answer)?;
-    let mut map = Vec::with_capacity(ranges.len());
-    for range in ranges {
-        let [first, last, master, ..] = range.as_slice() else {
-            continue;
-        };
-        let (first, last): (u16, u16) = (
-            redis::from_redis_value(first.clone())?,
-            redis::from_redis_value(last.clone())?,
-        );
-        let master: Vec<Value> = redis::from_redis_value(master.clone())?;
-        let [host, port, ..] = master.as_slice() else {
-            continue;
-        };
-        let host: String = redis::from_redis_value(host.clone())?;
-        let port: u16 = redis::from_redis_value(port.clone())?;
-        map.push((first, last, format!("{host}:{port}").into()));
-    }
-    Ok(map)
-}
-
-#[cfg(test)]
-mod tests {
-    use redis::cluster_routing::Slot;
-
-    #[test]
-    fn slots_are_redis_rs_slots() {
-        let keys = [
-            "lock:a",
-            "lock:{user1}:x",
-            "{}x",
-            "a{}{b}",
-            "{b}",
-            "x{",
-            "}y{z}",
-            "",
-        ];
-        for key in keys {
-            assert_eq!(
-                Slot::new(super::slot_of(key)),
-                Some(Slot::for_key(key)),
-                "{key}"
-            );
-        }
-        for n in 0..2000 {
-            let key = format!("lock:order:{n}");
-            assert_eq!(Slot::new(super::slot_of(&key)), Some(Slot::for_key(&key)));
-        }
     }
 }

@@ -11,15 +11,18 @@
 
 pub(crate) mod cluster;
 mod cluster_check;
+mod cluster_failover;
 mod cluster_replicas;
 mod deployments;
 pub(crate) mod local;
 pub(crate) mod node;
 mod notices;
 pub(crate) mod redlock;
+mod registry;
 mod replay;
 mod replicas;
 pub(crate) mod sentinel;
+mod slots;
 pub(crate) mod target;
 
 use std::future::Future;

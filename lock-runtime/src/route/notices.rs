@@ -23,8 +23,6 @@
 //! (re)subscription's confirmation wakes the key's line, so a release
 //! published while the channel moved is not missed.
 
-mod slot_map;
-
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::sync::{Arc, Weak};
@@ -32,13 +30,13 @@ use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::{
-    AsyncConnectionConfig, Client, ConnectionAddr, ConnectionInfo, ProtocolVersion, PushInfo,
-    PushKind, RedisError, Value,
+    AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, ProtocolVersion, PushInfo, PushKind,
+    RedisError, Value,
 };
 use tokio::sync::{mpsc, Mutex};
 
 use super::node::RedisConfig;
-use slot_map::{slot_of, SlotMap};
+use super::slots::{node_client, slot_of, SlotMap};
 
 /// How often a channel whose node went away is tried again, and the pause
 /// between tries; after that its waiters rely on the holder's expiry until
@@ -411,30 +409,7 @@ impl ShardedSubscriptions {
 
     /// A RESP3 connection to `node` (`host:port`) that reports its pushes.
     async fn connect(&self, node: &Arc<str>) -> Result<MultiplexedConnection, RedisError> {
-        let (host, port) = node
-            .rsplit_once(':')
-            .and_then(|(h, p)| Some((h.to_owned(), p.parse().ok()?)))
-            .ok_or_else(|| {
-                RedisError::from((
-                    redis::ErrorKind::Parse,
-                    "a cluster node's address has no port",
-                    node.to_string(),
-                ))
-            })?;
-        let addr = match self.base.addr() {
-            ConnectionAddr::TcpTls {
-                insecure,
-                tls_params,
-                ..
-            } => ConnectionAddr::TcpTls {
-                host,
-                port,
-                insecure: *insecure,
-                tls_params: tls_params.clone(),
-            },
-            _ => ConnectionAddr::Tcp(host, port),
-        };
-        let client = Client::open(self.base.clone().set_addr(addr))?;
+        let client = node_client(&self.base, node)?;
         let (on_push, events, name) = (self.on_push.clone(), self.events.clone(), node.clone());
         let config = self.config.clone().set_push_sender(move |info: PushInfo| {
             match info.kind {

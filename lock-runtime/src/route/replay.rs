@@ -102,7 +102,6 @@ impl ReplayLog {
     }
 
     /// Whether the log keeps nothing now.
-    #[allow(dead_code)]
     pub(crate) fn is_empty(&self) -> bool {
         let mut state = self.lock();
         state.expire(Instant::now());
@@ -133,7 +132,10 @@ impl ReplayLog {
     fn len(&self) -> usize {
         self.lock().entries.len()
     }
+}
 
+/// Sending the entries again.
+impl ReplayLog {
     /// Sends the releases of the last lease again through `run`, which
     /// loads the scripts it is given, then sends one pipeline to a master
     /// and answers each command's result.

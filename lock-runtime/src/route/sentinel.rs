@@ -148,7 +148,10 @@ impl SentinelBackend {
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
     }
+}
 
+/// Following a failover: the follower task and the switch to a new master.
+impl SentinelBackend {
     /// Starts the follower if `answer` is an error that a failover causes.
     fn check<T>(&self, answer: &Result<T, RedisError>) {
         if let Err(error) = answer {

@@ -1,17 +1,18 @@
-//! The cluster's slot map as one node sees it: the master of each slot
-//! range, read with `CLUSTER SLOTS` (a replica answers it too), and the slot
-//! of a key.
+//! Redis Cluster's slots: the master of each slot range as one node sees
+//! it, read with `CLUSTER SLOTS` (a replica answers it too); the slot of a
+//! key; a client for one node.
 
 use std::sync::Arc;
 
 use redis::aio::MultiplexedConnection;
-use redis::{RedisError, Value};
+use redis::{Client, ConnectionAddr, ConnectionInfo, RedisError, Value};
 
 /// How many slots Redis Cluster has.
 const SLOTS: u16 = 16384;
 
 /// The master (`host:port`) of each slot range, as one node answered.
-pub(super) struct SlotMap {
+#[derive(Default)]
+pub(crate) struct SlotMap {
     /// `(first slot, last slot, master)`, as the node listed them.
     ranges: Vec<(u16, u16, Arc<str>)>,
 }
@@ -19,7 +20,7 @@ pub(super) struct SlotMap {
 impl SlotMap {
     /// Asks `CLUSTER SLOTS` on `con`, the connection to `asked`
     /// (`host:port`; its host stands for a master listed without one).
-    pub(super) async fn read(
+    pub(crate) async fn read(
         con: &mut MultiplexedConnection,
         asked: &str,
     ) -> Result<SlotMap, RedisError> {
@@ -29,7 +30,7 @@ impl SlotMap {
 
     /// The map in a `CLUSTER SLOTS` answer; a range whose master has no
     /// known address is left out.
-    fn parse(answer: Value, asked: &str) -> SlotMap {
+    pub(crate) fn parse(answer: Value, asked: &str) -> SlotMap {
         let asked_host = asked.rsplit_once(':').map_or(asked, |(host, _)| host);
         let Value::Array(items) = answer else {
             return SlotMap { ranges: Vec::new() };
@@ -55,12 +56,19 @@ impl SlotMap {
 
     /// Whether the answer named no master at all (a node that has not
     /// joined the cluster yet, say).
-    pub(super) fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.ranges.is_empty()
     }
 
+    /// Records that `master` serves `slot` now (a redirect said so).
+    pub(crate) fn set(&mut self, slot: u16, master: Arc<str>) {
+        self.ranges
+            .retain(|(first, last, _)| !(*first..=*last).contains(&slot));
+        self.ranges.push((slot, slot, master));
+    }
+
     /// The master of `slot`, if the map has one.
-    pub(super) fn master_of(&self, slot: u16) -> Option<&Arc<str>> {
+    pub(crate) fn master_of(&self, slot: u16) -> Option<&Arc<str>> {
         self.ranges
             .iter()
             .find(|(first, last, _)| (*first..=*last).contains(&slot))
@@ -95,7 +103,7 @@ fn node_address(node: &Value, asked_host: &str) -> Option<Arc<str>> {
 
 /// The hash slot of `key`: CRC16 (XMODEM) of the key, or of the text
 /// between its first `{` and the next `}` when that is not empty.
-pub(super) fn slot_of(key: &[u8]) -> u16 {
+pub(crate) fn slot_of(key: &[u8]) -> u16 {
     let hashed = key
         .iter()
         .position(|b| *b == b'{')
@@ -112,18 +120,36 @@ pub(super) fn slot_of(key: &[u8]) -> u16 {
 /// CRC16/XMODEM (polynomial 0x1021, initial value 0), as Redis Cluster
 /// hashes keys.
 fn crc16(bytes: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
-    for byte in bytes {
-        crc ^= u16::from(*byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 == 0 {
-                crc << 1
-            } else {
-                (crc << 1) ^ 0x1021
-            };
-        }
-    }
-    crc
+    crc16::State::<crc16::XMODEM>::calculate(bytes)
+}
+
+/// A client for the cluster node `node` (`host:port`) with `base`'s
+/// credentials and TLS settings.
+pub(crate) fn node_client(base: &ConnectionInfo, node: &str) -> Result<Client, RedisError> {
+    let (host, port) = node
+        .rsplit_once(':')
+        .and_then(|(h, p)| Some((h.to_owned(), p.parse().ok()?)))
+        .ok_or_else(|| {
+            RedisError::from((
+                redis::ErrorKind::Parse,
+                "a cluster node's address has no port",
+                node.to_owned(),
+            ))
+        })?;
+    let addr = match base.addr() {
+        ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => ConnectionAddr::Tcp(host, port),
+    };
+    Client::open(base.clone().set_addr(addr))
 }
 
 #[cfg(test)]

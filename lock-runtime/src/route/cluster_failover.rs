@@ -1,0 +1,93 @@
+//! Releases sent again after a slot's master changed on Redis Cluster.
+//!
+//! A release that reached a master in the moments before a failover may
+//! never reach the replica promoted in its place (see [`super::replay`]).
+//! While this client has releases within their lease, a task reads the slot
+//! map (`CLUSTER SLOTS`, through the client's cluster connection) every
+//! [`EVERY`] and compares it with the last one read; the releases of keys
+//! whose slot has another master now are sent again there. Reading the map
+//! costs one `CLUSTER SLOTS` a second per client, and only while it has
+//! released within a lease; with nothing to send again, nothing is read.
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use redis::cluster_async::ClusterConnection;
+use redis::{Pipeline, RedisError, RedisResult, Script, Value};
+
+use super::replay::ReplayLog;
+use super::slots::{slot_of, SlotMap};
+
+/// How often the slot map is read while there are releases to send again.
+pub(crate) const EVERY: Duration = Duration::from_secs(1);
+
+/// The longest one read of the map may take.
+const READ_WITHIN: Duration = Duration::from_secs(2);
+
+/// Follows the slots' masters while `log` lives (the client's); `seed_host`
+/// stands for a master listed without a host.
+pub(crate) async fn follow_masters(
+    log: Weak<ReplayLog>,
+    commands: ClusterConnection,
+    seed_host: String,
+) {
+    let mut known: Option<SlotMap> = None;
+    let mut ticks = tokio::time::interval(EVERY);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticks.tick().await;
+        let Some(log) = log.upgrade() else { return };
+        if known.is_some() && log.is_empty() {
+            continue;
+        }
+        let mut con = commands.clone();
+        let mut cmd = redis::cmd("CLUSTER");
+        cmd.arg("SLOTS");
+        let read = cmd.query_async::<Value>(&mut con);
+        let Ok(Ok(answer)) = tokio::time::timeout(READ_WITHIN, read).await else {
+            continue;
+        };
+        let now = SlotMap::parse(answer, &seed_host);
+        if now.is_empty() {
+            continue;
+        }
+        let Some(before) = known.replace(now) else {
+            continue;
+        };
+        let now = known.as_ref().unwrap_or(&before);
+        let moved = |key: &str| {
+            let slot = slot_of(key.as_bytes());
+            (before.master_of(slot) != now.master_of(slot)).then_some(slot)
+        };
+        let replayed = log
+            .replay(moved, |pipeline, scripts| {
+                send(&commands, pipeline, scripts)
+            })
+            .await;
+        if replayed.sent + replayed.unsent > 0 {
+            tracing::info!(
+                ?replayed,
+                "releases of the last lease sent again to new masters"
+            );
+        }
+    }
+}
+
+/// Loads `scripts` on every master, then sends each command of `pipeline`
+/// (all of one slot) on the cluster connection, at once: each one's answer.
+async fn send(
+    commands: &ClusterConnection,
+    pipeline: Pipeline,
+    scripts: Vec<&'static Script>,
+) -> Result<Vec<RedisResult<Value>>, RedisError> {
+    let mut con = commands.clone();
+    for script in scripts {
+        script.load_async(&mut con).await?;
+    }
+    let calls = pipeline.cmd_iter().map(|cmd| {
+        let mut con = commands.clone();
+        async move { cmd.query_async::<Value>(&mut con).await }
+    });
+    Ok(join_all(calls).await)
+}

@@ -25,13 +25,24 @@ pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(sources
 /// Raises a held lock's fence (Redlock's write-back).
 static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::FENCE));
 
-/// `source` with `SPUBLISH` for `PUBLISH`: the channel, named like the lock
-/// key, is in the lock's slot, so the script may publish on it, and only
-/// the slot's shard hears it.
+/// `source` publishing by `SPUBLISH` where the server has it: the channel,
+/// named like the lock key, is in the lock's slot, so the script may
+/// publish on it, and only the slot's shard hears it. Where `SPUBLISH` is
+/// unknown (Redis 6.2), the script publishes by `PUBLISH`, which a cluster
+/// sends to every node, and the client's subscriptions there use
+/// `SUBSCRIBE` (see `route/notices.rs`): each node's script finds out for
+/// itself, so a cluster of mixed families notifies too.
 pub(crate) fn sharded(source: &str) -> String {
     let publish = "redis.pcall('publish', key,";
     assert!(source.contains(publish));
-    source.replace(publish, "redis.pcall('spublish', key,")
+    let publish_sharded = "local function publish_sharded(channel, message)\n\
+        \x20 local sent = redis.pcall('spublish', channel, message)\n\
+        \x20 if type(sent) == 'table' and sent.err then redis.pcall('publish', channel, message) end\n\
+        end\n";
+    format!(
+        "{publish_sharded}{}",
+        source.replace(publish, "publish_sharded(key,")
+    )
 }
 
 /// The acquire script's source.

@@ -17,10 +17,18 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Pipeline, RedisError, RedisResult, Script, Value};
 
 use super::replay::ReplayLog;
-use super::slots::{slot_of, SlotMap};
+use super::slots::{read_through, slot_of, SlotMap};
 
 /// How often the slot map is read while there are releases to send again.
 pub(crate) const EVERY: Duration = Duration::from_secs(1);
+
+/// How far apart the slots whose masters are asked in turn are: a third
+/// of the slots, and not a divisor of their count, so every master is
+/// asked in turn on clusters of 3 masters or fewer, and most on larger.
+const ASK_STEP: u16 = 5461;
+
+/// How many slots Redis Cluster has.
+const SLOTS: u16 = 16384;
 
 /// The longest one read of the map may take.
 const READ_WITHIN: Duration = Duration::from_secs(2);
@@ -33,6 +41,7 @@ pub(crate) async fn follow_masters(
     seed_host: String,
 ) {
     let mut known: Option<SlotMap> = None;
+    let mut asked: u16 = 0;
     let mut ticks = tokio::time::interval(EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -41,14 +50,13 @@ pub(crate) async fn follow_masters(
         if known.is_some() && log.is_empty() {
             continue;
         }
-        let mut con = commands.clone();
-        let mut cmd = redis::cmd("CLUSTER");
-        cmd.arg("SLOTS");
-        let read = cmd.query_async::<Value>(&mut con);
-        let Ok(Ok(answer)) = tokio::time::timeout(READ_WITHIN, read).await else {
+        // A different master each time (as the connection knows them): a
+        // dead one costs one tick.
+        asked = (asked + ASK_STEP) % SLOTS;
+        let read = read_through(&commands, asked, &seed_host);
+        let Ok(Ok(now)) = tokio::time::timeout(READ_WITHIN, read).await else {
             continue;
         };
-        let now = SlotMap::parse(answer, &seed_host);
         if now.is_empty() {
             continue;
         }

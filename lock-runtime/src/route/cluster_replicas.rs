@@ -20,7 +20,7 @@ use redis::{Cmd, ConnectionAddr, ConnectionInfo, RedisError, Script, Value};
 use tokio::runtime::Handle;
 
 use super::replicas::Replicated;
-use super::slots::{node_client, slot_of, SlotMap};
+use super::slots::{node_client, read_through, slot_of, SlotMap};
 use crate::io::polled_on;
 use crate::replica_sync::ReplicaSync;
 
@@ -88,7 +88,7 @@ impl MasterPools {
             Some(master) => master,
             None => {
                 // Calls that meet a map not read yet read it each.
-                if let Err(error) = self.read_slots(home, commands).await {
+                if let Err(error) = self.read_slots(home, commands, slot).await {
                     self.stale.store(true, Ordering::Relaxed);
                     return Err(error);
                 }
@@ -138,14 +138,9 @@ impl MasterPools {
         &self,
         home: &Handle,
         commands: &ClusterConnection,
+        slot: u16,
     ) -> Result<(), RedisError> {
-        let mut con = commands.clone();
-        let answer: Value = polled_on(
-            home,
-            redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut con),
-        )
-        .await?;
-        let map = SlotMap::parse(answer, &self.seed_host);
+        let map = polled_on(home, read_through(commands, slot, &self.seed_host)).await?;
         *self.slots.lock().unwrap_or_else(PoisonError::into_inner) = map;
         Ok(())
     }

@@ -21,6 +21,7 @@ pub(crate) mod redlock;
 mod registry;
 mod replay;
 mod replicas;
+mod script_errors;
 pub(crate) mod sentinel;
 mod slots;
 pub(crate) mod target;

@@ -14,6 +14,7 @@ use tokio::runtime::Handle;
 
 use super::local::LocalConnections;
 use super::replicas::Replicated;
+use super::script_errors::unwrapped;
 use super::{Lane, Notices, Route, ScriptCall};
 use crate::io::polled_on;
 use crate::replica_sync::ReplicaSync;
@@ -256,19 +257,22 @@ impl RedisBackend {
 }
 
 /// `cmd`, an EVALSHA of `script`, on `con`; the script is loaded first if
-/// the server does not know it (a restart, a `SCRIPT FLUSH`).
+/// the server does not know it (a restart, a `SCRIPT FLUSH`). An error the
+/// script raised reads by its own code on every family (see
+/// [`super::script_errors`]).
 pub(crate) async fn evalsha<T: FromRedisValue>(
     script: &Script,
     cmd: &Cmd,
     con: &mut (impl ConnectionLike + Send),
 ) -> Result<T, RedisError> {
-    match cmd.query_async(con).await {
+    let answer = match cmd.query_async(con).await {
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
             script.load_async(con).await?;
             cmd.query_async(con).await
         }
         answer => answer,
-    }
+    };
+    answer.map_err(unwrapped)
 }
 
 /// A release notice: the lock's key, the releasing client's id and the

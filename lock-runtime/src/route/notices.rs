@@ -85,6 +85,10 @@ struct State {
     channels: HashMap<Box<str>, Option<Arc<str>>>,
     /// The subscription connection of each node, by `host:port`.
     nodes: HashMap<Arc<str>, MultiplexedConnection>,
+    /// The nodes found without sharded pub/sub (Redis 6.2: `SSUBSCRIBE` is
+    /// an unknown command), where channels are subscribed by `SUBSCRIBE`;
+    /// found again once a node's connection is remade.
+    plain: HashSet<Arc<str>>,
     /// The slots' masters as last read; `None`: to be read again before
     /// the next subscription.
     masters: Option<SlotMap>,
@@ -158,14 +162,7 @@ impl ShardedSubscriptions {
         let Some(Some(node)) = state.channels.remove(key) else {
             return Ok(());
         };
-        let Some(mut con) = state.nodes.get(&node).cloned() else {
-            return Ok(());
-        };
-        redis::cmd("SUNSUBSCRIBE")
-            .arg(key)
-            .query_async::<Value>(&mut con)
-            .await
-            .map(drop)
+        self.unsubscribe_on(&state, &node, key).await
     }
 
     /// Subscribes again the channels in `moved` that are still wanted and
@@ -297,14 +294,8 @@ impl ShardedSubscriptions {
             Ok(()) => {
                 // The server's confirmation names `node`, whose channel no
                 // longer counts (see `follow`).
-                if let Some(mut con) = state.nodes.get(&node).cloned() {
-                    let dropped = redis::cmd("SUNSUBSCRIBE")
-                        .arg(key)
-                        .query_async::<Value>(&mut con)
-                        .await;
-                    if let Err(error) = dropped {
-                        tracing::debug!(%error, key, "unsubscribe from a non-master failed");
-                    }
+                if let Err(error) = self.unsubscribe_on(state, &node, key).await {
+                    tracing::debug!(%error, key, "unsubscribe from a non-master failed");
                 }
                 master
             }
@@ -378,7 +369,9 @@ impl ShardedSubscriptions {
 
 /// The connections, one per node.
 impl ShardedSubscriptions {
-    /// `SSUBSCRIBE key` on `node`, connecting to it first if needed.
+    /// `SSUBSCRIBE key` on `node`, connecting to it first if needed; on a
+    /// node without sharded pub/sub, `SUBSCRIBE key` (the releases there
+    /// publish by `PUBLISH`, which reaches every node).
     async fn ssubscribe_on(
         &self,
         state: &mut State,
@@ -386,7 +379,42 @@ impl ShardedSubscriptions {
         key: &str,
     ) -> Result<(), RedisError> {
         let mut con = self.connection(state, node).await?;
-        redis::cmd("SSUBSCRIBE")
+        if !state.plain.contains(node) {
+            let sharded = redis::cmd("SSUBSCRIBE")
+                .arg(key)
+                .query_async::<Value>(&mut con)
+                .await;
+            match sharded {
+                Err(error) if is_unknown_command(&error) => {
+                    tracing::debug!(node = &**node, "no sharded pub/sub there: SUBSCRIBE");
+                    state.plain.insert(node.clone());
+                }
+                answer => return answer.map(drop),
+            }
+        }
+        redis::cmd("SUBSCRIBE")
+            .arg(key)
+            .query_async::<Value>(&mut con)
+            .await
+            .map(drop)
+    }
+
+    /// `SUNSUBSCRIBE key` on `node` (`UNSUBSCRIBE` where it has no sharded
+    /// pub/sub), if the client has a connection there.
+    async fn unsubscribe_on(
+        &self,
+        state: &State,
+        node: &Arc<str>,
+        key: &str,
+    ) -> Result<(), RedisError> {
+        let Some(mut con) = state.nodes.get(node).cloned() else {
+            return Ok(());
+        };
+        let command = match state.plain.contains(node) {
+            true => "UNSUBSCRIBE",
+            false => "SUNSUBSCRIBE",
+        };
+        redis::cmd(command)
             .arg(key)
             .query_async::<Value>(&mut con)
             .await
@@ -446,6 +474,7 @@ async fn follow(mut queue: mpsc::UnboundedReceiver<Event>, this: Weak<ShardedSub
             match event {
                 Event::NodeLost(node) => {
                     state.nodes.remove(&node);
+                    state.plain.remove(&node);
                     // A failover, maybe: the next subscription reads the
                     // slot map again.
                     state.masters = None;
@@ -496,4 +525,12 @@ fn address(addr: &ConnectionAddr) -> Option<Arc<str>> {
         }
         _ => None,
     }
+}
+
+/// Whether the server did not know the command (`SSUBSCRIBE` on Redis 6.2).
+fn is_unknown_command(error: &RedisError) -> bool {
+    error.code() == Some("ERR")
+        && error
+            .detail()
+            .is_some_and(|detail| detail.starts_with("unknown command"))
 }

@@ -28,6 +28,7 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 
 use super::millis;
+use super::script_errors::unwrapped;
 use crate::io::polled_on;
 use crate::replica_sync::ReplicaSync;
 
@@ -114,7 +115,7 @@ impl Replicated {
             answer = pipe.query_async(con).await?;
         }
         let (reply, acked) = answer;
-        let reply = redis::from_redis_value(reply.extract_error()?)?;
+        let reply = redis::from_redis_value(reply.extract_error().map_err(unwrapped)?)?;
         let acked: usize = redis::from_redis_value(acked.extract_error()?)?;
         Ok((reply, acked))
     }

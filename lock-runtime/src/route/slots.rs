@@ -5,6 +5,8 @@
 use std::sync::Arc;
 
 use redis::aio::MultiplexedConnection;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Client, ConnectionAddr, ConnectionInfo, RedisError, Value};
 
 /// How many slots Redis Cluster has.
@@ -121,6 +123,25 @@ pub(crate) fn slot_of(key: &[u8]) -> u16 {
 /// hashes keys.
 fn crc16(bytes: &[u8]) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(bytes)
+}
+
+/// `CLUSTER SLOTS` sent through the client's cluster connection to the
+/// master of `slot` (as the connection knows it), read as a map. Never to
+/// a node at random: a frozen replica would hold the request (and the
+/// connection's other requests with it) until it times out.
+pub(crate) async fn read_through(
+    commands: &ClusterConnection,
+    slot: u16,
+    seed_host: &str,
+) -> Result<SlotMap, RedisError> {
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("SLOTS");
+    let master = SingleNodeRoutingInfo::SpecificNode(Route::new(slot, SlotAddr::Master));
+    let answer = commands
+        .clone()
+        .route_command(cmd, RoutingInfo::SingleNode(master))
+        .await?;
+    Ok(SlotMap::parse(answer, seed_host))
 }
 
 /// A client for the cluster node `node` (`host:port`) with `base`'s

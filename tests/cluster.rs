@@ -151,7 +151,7 @@ async fn a_client_seeded_with_replicas_subscribes_on_the_master_and_wakes_at_the
     let deadline = Instant::now() + Duration::from_secs(10);
     let counts = loop {
         let counts: Vec<i64> = (0..cluster.nodes.len())
-            .map(|i| shard_subscribers(&cluster, i, &lock_key))
+            .map(|i| release_subscribers(&cluster, i, &lock_key))
             .collect();
         if counts.iter().sum::<i64>() > 0 {
             break counts;
@@ -177,22 +177,25 @@ async fn a_client_seeded_with_replicas_subscribes_on_the_master_and_wakes_at_the
     );
 }
 
-/// How many subscribers node `i` has on `lock_key`'s channel: sharded ones
-/// (`PUBSUB SHARDNUMSUB`), or plain ones where the server has no sharded
-/// pub/sub (Redis 6.2, where the client subscribes by `SUBSCRIBE`).
-fn shard_subscribers(cluster: &RedisCluster, i: usize, lock_key: &str) -> i64 {
+/// How many subscribers node `i` has on `lock_key`'s release channel: its
+/// sharded subscribers (`PUBSUB SHARDNUMSUB`), or, on a node without
+/// sharded pub/sub (Redis 6.2, where releases fall back to `PUBLISH` and
+/// `SUBSCRIBE`), its subscribers of the plain channel (`PUBSUB NUMSUB`,
+/// which counts this node's own). Which one is found by asking the node.
+fn release_subscribers(cluster: &RedisCluster, i: usize, lock_key: &str) -> i64 {
     let mut con = cluster.connection(i);
-    let sharded: redis::RedisResult<Vec<redis::Value>> = redis::cmd("PUBSUB")
-        .arg("SHARDNUMSUB")
-        .arg(lock_key)
-        .query(&mut con);
-    let counts = match sharded {
-        Ok(counts) => counts,
-        Err(_) => redis::cmd("PUBSUB")
-            .arg("NUMSUB")
+    let numsub = |subcommand: &str, con: &mut redis::Connection| {
+        redis::cmd("PUBSUB")
+            .arg(subcommand)
             .arg(lock_key)
-            .query(&mut con)
-            .expect("PUBSUB NUMSUB"),
+            .query::<Vec<redis::Value>>(con)
+    };
+    let counts = match numsub("SHARDNUMSUB", &mut con) {
+        Ok(counts) => counts,
+        Err(unknown) if unknown.to_string().contains("SHARDNUMSUB") => {
+            numsub("NUMSUB", &mut con).expect("PUBSUB NUMSUB")
+        }
+        Err(e) => panic!("PUBSUB SHARDNUMSUB: {e}"),
     };
     match counts.get(1) {
         Some(redis::Value::Int(n)) => *n,
@@ -208,7 +211,8 @@ fn sharded_pubsub(cluster: &RedisCluster) -> bool {
         .is_ok()
 }
 
-/// Waits until the master of `lock_key` has a subscriber on it.
+/// Waits until the master of `lock_key` has a subscriber on its release
+/// channel.
 async fn wait_for_subscriber(cluster: &RedisCluster, lock_key: &str, limit: Duration) {
     let deadline = Instant::now() + limit;
     while !has_subscriber(cluster, lock_key) {
@@ -217,9 +221,10 @@ async fn wait_for_subscriber(cluster: &RedisCluster, lock_key: &str, limit: Dura
     }
 }
 
-/// Whether the master of `lock_key` has a subscriber on it.
+/// Whether the master of `lock_key` has a subscriber on its release
+/// channel (see [`release_subscribers`]).
 fn has_subscriber(cluster: &RedisCluster, lock_key: &str) -> bool {
-    shard_subscribers(cluster, cluster.master_of(lock_key), lock_key) > 0
+    release_subscribers(cluster, cluster.master_of(lock_key), lock_key) > 0
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -273,7 +278,7 @@ async fn a_waiter_follows_its_key_across_a_slot_migration() {
     } else {
         // Plain pub/sub (Redis 6.2): the channel stays where it is, and the
         // release's PUBLISH reaches every node.
-        assert_eq!(shard_subscribers(&cluster, from, &lock_key), 1);
+        assert_eq!(release_subscribers(&cluster, from, &lock_key), 1);
     }
 
     let released = Instant::now();

@@ -148,13 +148,14 @@ struct TcpServer(Child);
 
 impl TcpServer {
     fn start(port: u16) -> TcpServer {
-        let child = Command::new("redis-server")
+        let bin = support::server_bin();
+        let child = Command::new(&bin)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server");
+            .unwrap_or_else(|e| panic!("{}: {e}", support::not_startable(&bin)));
         TcpServer(child)
     }
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use lock_runtime::{LockClient, LockError, LockOptions};
 use redis::aio::MultiplexedConnection;
 
+use crate::server::{cli_bin, server_bin};
 use crate::stats::{quantile, Commands};
 use crate::workloads::Config;
 
@@ -54,7 +55,7 @@ impl Cluster {
             next = port + 1;
             let node_dir = cluster.dir.join(port.to_string());
             std::fs::create_dir_all(&node_dir).map_err(|e| e.to_string())?;
-            let child = Command::new("redis-server")
+            let child = Command::new(server_bin())
                 .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
                 .args([
                     "--cluster-enabled",
@@ -70,7 +71,7 @@ impl Cluster {
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .map_err(|e| format!("cannot start redis-server: {e}"))?;
+                .map_err(|e| format!("cannot start {}: {e}", server_bin().to_string_lossy()))?;
             cluster.children.push(child);
             cluster.ports.push(port);
         }
@@ -83,7 +84,7 @@ impl Cluster {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        let mut create = Command::new("redis-cli");
+        let mut create = Command::new(cli_bin());
         create.args(["--cluster", "create"]);
         for port in &cluster.ports {
             create.arg(format!("127.0.0.1:{port}"));
@@ -93,7 +94,7 @@ impl Cluster {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
-            .map_err(|e| format!("cannot run redis-cli: {e}"))?;
+            .map_err(|e| format!("cannot run {}: {e}", cli_bin().to_string_lossy()))?;
         if !status.success() {
             return Err("redis-cli --cluster create failed".into());
         }

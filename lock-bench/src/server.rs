@@ -1,10 +1,29 @@
 //! A redis-server of the bench's own, on a loopback port, in a temporary
 //! directory, stopped by its pid.
 
+use std::ffi::OsString;
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The server binary the bench starts: `LOCK_TEST_REDIS_SERVER`, or
+/// `redis-server` from PATH.
+pub fn server_bin() -> OsString {
+    bin_from_env("LOCK_TEST_REDIS_SERVER", "redis-server")
+}
+
+/// The client binary the bench runs (`--cluster create`):
+/// `LOCK_TEST_REDIS_CLI`, or `redis-cli` from PATH.
+pub fn cli_bin() -> OsString {
+    bin_from_env("LOCK_TEST_REDIS_CLI", "redis-cli")
+}
+
+fn bin_from_env(var: &str, default: &str) -> OsString {
+    std::env::var_os(var)
+        .filter(|value| !value.is_empty())
+        .unwrap_or_else(|| default.into())
+}
 
 pub struct Server {
     child: Child,
@@ -26,7 +45,8 @@ impl Server {
             .unwrap_or(0);
         let dir = std::env::temp_dir().join(format!("lock-bench-{}-{nanos}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let child = Command::new("redis-server")
+        let bin = server_bin();
+        let child = Command::new(&bin)
             .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
             .args(["--save", "", "--appendonly", "no"])
             .args(["--maxclients", "1000"])
@@ -39,7 +59,11 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()
             .map_err(|e| {
-                format!("cannot start redis-server (apt-get install redis-server): {e}")
+                format!(
+                    "cannot start {} (apt-get install redis-server, or set \
+                     LOCK_TEST_REDIS_SERVER): {e}",
+                    bin.to_string_lossy()
+                )
             })?;
         let server = Server {
             child,

@@ -70,7 +70,7 @@ impl TcpServer {
         let file = dir.path().join("server.conf");
         std::fs::write(&file, config).expect("write config");
         let port = free_port();
-        let mut command = Command::new("redis-server");
+        let mut command = Command::new(support::server_bin());
         command
             .arg(&file)
             .args(["--port", &port.to_string()])
@@ -80,7 +80,7 @@ impl TcpServer {
 
     fn start_on(port: u16, args: &[&str], ports: impl Fn(u16) -> Vec<String>) -> TcpServer {
         let dir = TempDir::new("redis-tcp");
-        let mut command = Command::new("redis-server");
+        let mut command = Command::new(support::server_bin());
         command
             .args(ports(port))
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
@@ -96,7 +96,7 @@ impl TcpServer {
             .stdout(Stdio::from(log))
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server must be installed (scripts/test.sh installs it)");
+            .unwrap_or_else(|e| panic!("{}: {e}", support::not_startable(&support::server_bin())));
         let server = TcpServer {
             child: Some(child),
             port,

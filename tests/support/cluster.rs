@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
-use super::TempDir;
+use super::{cli_bin, not_startable, server_bin, TempDir};
 
 /// Every wait on the cluster's state is bounded by this.
 const STATE_LIMIT: Duration = Duration::from_secs(30);
@@ -63,7 +63,8 @@ impl RedisCluster {
         for i in 0..cluster.nodes.len() {
             cluster.wait_until(i, ping);
         }
-        let mut create = Command::new("redis-cli");
+        let cli = cli_bin();
+        let mut create = Command::new(&cli);
         create.arg("--cluster").arg("create");
         for port in &ports {
             create.arg(format!("127.0.0.1:{port}"));
@@ -73,7 +74,7 @@ impl RedisCluster {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
-            .expect("redis-cli must be installed with redis-server");
+            .unwrap_or_else(|e| panic!("{}: {e}", not_startable(&cli)));
         assert!(status.success(), "redis-cli --cluster create");
         cluster.wait_ok();
         for i in 0..cluster.nodes.len() {
@@ -278,7 +279,8 @@ impl Drop for RedisCluster {
 fn spawn(dir: &TempDir, port: u16) -> Child {
     let node_dir = dir.path().join(port.to_string());
     std::fs::create_dir_all(&node_dir).expect("node dir");
-    Command::new("redis-server")
+    let bin = server_bin();
+    Command::new(&bin)
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--cluster-enabled", "yes"])
         .args(["--cluster-config-file", "nodes.conf"])
@@ -289,7 +291,7 @@ fn spawn(dir: &TempDir, port: u16) -> Child {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .expect("redis-server must be installed (scripts/test.sh installs it)")
+        .unwrap_or_else(|e| panic!("{}: {e}", not_startable(&bin)))
 }
 
 fn ping(con: &mut redis::Connection) -> bool {

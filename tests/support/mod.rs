@@ -4,10 +4,40 @@
 
 pub mod sentinel;
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+
+/// The server binary every test starts (plain servers, replicas,
+/// sentinels with `--sentinel`, cluster nodes): `LOCK_TEST_REDIS_SERVER`,
+/// or `redis-server` from PATH. `scripts/test.sh` points it at each server
+/// family in turn (Redis 7.0, Redis 6.2, Valkey).
+pub fn server_bin() -> OsString {
+    bin_from_env("LOCK_TEST_REDIS_SERVER", "redis-server")
+}
+
+/// The client binary the tests run (`--cluster create`):
+/// `LOCK_TEST_REDIS_CLI`, or `redis-cli` from PATH.
+pub fn cli_bin() -> OsString {
+    bin_from_env("LOCK_TEST_REDIS_CLI", "redis-cli")
+}
+
+fn bin_from_env(var: &str, default: &str) -> OsString {
+    std::env::var_os(var)
+        .filter(|value| !value.is_empty())
+        .unwrap_or_else(|| default.into())
+}
+
+/// The panic message when `bin` cannot be started.
+pub fn not_startable(bin: &OsString) -> String {
+    format!(
+        "cannot start {}: install redis-server (scripts/test.sh installs it) or set \
+         LOCK_TEST_REDIS_SERVER / LOCK_TEST_REDIS_CLI",
+        bin.to_string_lossy()
+    )
+}
 
 /// A private directory under the system temp dir, removed on drop.
 pub struct TempDir(PathBuf);
@@ -76,7 +106,8 @@ impl RedisServer {
         if !self.persistent {
             let _ = std::fs::remove_file(self.dir.path().join("dump.rdb"));
         }
-        let child = Command::new("redis-server")
+        let bin = server_bin();
+        let child = Command::new(&bin)
             .args(["--port", "0", "--save", "", "--appendonly", "no"])
             .arg("--unixsocket")
             .arg(&self.socket)
@@ -86,7 +117,7 @@ impl RedisServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server must be installed (scripts/test.sh installs it)");
+            .unwrap_or_else(|e| panic!("{}: {e}", not_startable(&bin)));
         self.child = Some(child);
         self.wait_ready();
     }

@@ -6,7 +6,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::TempDir;
+use super::{not_startable, server_bin, TempDir};
 
 /// A loopback port that was free a moment ago.
 pub fn free_port() -> u16 {
@@ -132,7 +132,8 @@ impl TcpServer {
     fn spawn(&mut self) -> bool {
         let conf = self.dir.path().join("redis.conf");
         std::fs::write(&conf, self.config()).expect("write config");
-        let mut command = Command::new("redis-server");
+        let bin = server_bin();
+        let mut command = Command::new(&bin);
         command.arg(&conf);
         if matches!(self.role, Role::Sentinel(..)) {
             command.arg("--sentinel");
@@ -141,7 +142,7 @@ impl TcpServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("redis-server must be installed (scripts/test.sh installs it)");
+            .unwrap_or_else(|e| panic!("{}: {e}", not_startable(&bin)));
         let pid = child.id();
         self.child = Some(child);
         wait_until(Duration::from_secs(10), || {

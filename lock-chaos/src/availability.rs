@@ -1,15 +1,20 @@
 //! Rule 4: a call that timed out waited on a key that something held, or
-//! that a fault could have kept held. See [`crate::checker`].
+//! that a fault could have kept held; rule 7: or that a call released
+//! shortly before (a failover may keep it held until the release is sent
+//! again). See [`crate::checker`].
 
 use crate::checker::{Index, Limits, Violation};
 use crate::history::Outcome;
 
-/// The intervals that explain why `key` may have been unavailable.
-fn explained(ix: &Index<'_>, key: &str, limits: &Limits) -> Vec<(u64, u64)> {
+/// The intervals in which a holder of `key` is recorded: bodies (from
+/// `grant_lead` before), a lease after every body whose call did not end
+/// cleanly, and a lease after every unclean call without a body (from
+/// `grant_lead` before its end).
+fn held(ix: &Index<'_>, key: &str, limits: &Limits) -> Vec<(u64, u64)> {
     let h = ix.history;
     let mut spans = Vec::new();
     for b in h.bodies.iter().filter(|b| b.key == key) {
-        spans.push((b.enter, b.exit));
+        spans.push((b.enter.saturating_sub(limits.grant_lead), b.exit));
         if !ix.clean(b) {
             let lease = ix.call(b.proc, b.acq).map_or(limits.lease_max, |c| c.lease);
             spans.push((b.exit, b.exit + lease));
@@ -22,9 +27,19 @@ fn explained(ix: &Index<'_>, key: &str, limits: &Limits) -> Vec<(u64, u64)> {
     for c in h.calls.iter().filter(|c| c.key == key) {
         let unclean = !c.outcome.is_clean() && c.outcome != Outcome::Timeout;
         if unclean && !c.is_reentry() && !with_body.contains(&(c.proc, c.call)) {
-            spans.push((c.end, c.end + c.lease));
+            let from = c.start.max(c.end.saturating_sub(limits.grant_lead));
+            spans.push((from, c.end + c.lease));
         }
     }
+    spans
+}
+
+/// Rule 4's explanation of why `key` may have been unavailable: its
+/// holders, and fault windows followed by the longest lease and a connect
+/// timeout.
+fn explained(ix: &Index<'_>, key: &str, limits: &Limits) -> Vec<(u64, u64)> {
+    let h = ix.history;
+    let mut spans = held(ix, key, limits);
     let after = limits.lease_max + limits.connect_timeout;
     for f in &h.faults {
         spans.push((f.start, f.end + after));
@@ -52,8 +67,34 @@ pub fn longest_gap(spans: &[(u64, u64)], from: u64, to: u64) -> (u64, u64) {
     best
 }
 
-/// Rule 4.
-pub fn availability(ix: &Index<'_>, limits: &Limits) -> Vec<Violation> {
+/// Rule 7's explanation: the holders, and after each call on `key` that
+/// returned with its release awaited, its body's exit until `bound` after
+/// its end (the release may reach the key's master only after a failover).
+fn released(ix: &Index<'_>, key: &str, limits: &Limits, bound: u64) -> Vec<(u64, u64)> {
+    let mut spans = held(ix, key, limits);
+    for b in ix
+        .history
+        .bodies
+        .iter()
+        .filter(|b| b.key == key && b.call == b.acq)
+    {
+        if let Some(c) = ix.call(b.proc, b.call).filter(|c| c.outcome.is_clean()) {
+            spans.push((b.exit, c.end + bound));
+        }
+    }
+    spans.sort_unstable();
+    spans
+}
+
+/// The timed-out calls whose wait window has an uncovered stretch longer
+/// than `gap_slack` under `spans_of` (per key): rule `rule`, its message
+/// `name: <the call> timed out ...; <what> for N ms`.
+fn uncovered<'a>(
+    ix: &Index<'a>,
+    limits: &Limits,
+    (rule, name, what): (u8, &str, &str),
+    spans_of: impl Fn(&str) -> Vec<(u64, u64)>,
+) -> Vec<Violation> {
     let mut cache: std::collections::HashMap<&str, Vec<(u64, u64)>> = Default::default();
     let mut out = Vec::new();
     for c in &ix.history.calls {
@@ -62,17 +103,17 @@ pub fn availability(ix: &Index<'_>, limits: &Limits) -> Vec<Violation> {
         }
         let spans = cache
             .entry(c.key.as_str())
-            .or_insert_with(|| explained(ix, &c.key, limits));
+            .or_insert_with(|| spans_of(&c.key));
         let to = c.end.min(c.start + c.wait);
         let (at, len) = longest_gap(spans, c.start, to);
         if len > limits.gap_slack {
             out.push(Violation {
-                rule: 4,
+                rule,
                 key: c.key.clone(),
                 at,
                 shape: String::new(),
                 message: format!(
-                    "availability: p{}t{} call {} timed out after waiting {:.0} ms; the key was unavailable with no holder and no fault for {:.0} ms",
+                    "{name}: p{}t{} call {} timed out after waiting {:.0} ms; {what} for {:.0} ms",
                     c.proc,
                     c.task,
                     c.call,
@@ -83,6 +124,28 @@ pub fn availability(ix: &Index<'_>, limits: &Limits) -> Vec<Violation> {
         }
     }
     out
+}
+
+/// Rule 4.
+pub fn availability(ix: &Index<'_>, limits: &Limits) -> Vec<Violation> {
+    let what = "the key was unavailable with no holder and no fault";
+    uncovered(ix, limits, (4, "availability", what), |key| {
+        explained(ix, key, limits)
+    })
+}
+
+/// Rule 7 (when `limits.release_bound` is set).
+pub fn released_keys(ix: &Index<'_>, limits: &Limits) -> Vec<Violation> {
+    let Some(bound) = limits.release_bound else {
+        return Vec::new();
+    };
+    let what = format!(
+        "the key was unavailable with no holder and no release within {:.0} s before",
+        bound as f64 / 1e9
+    );
+    uncovered(ix, limits, (7, "released key held", &what), |key| {
+        released(ix, key, limits, bound)
+    })
 }
 
 #[cfg(test)]

@@ -28,6 +28,14 @@
 //!    it re-entered has ended, that is after the call that took the hold
 //!    returned or was dropped (`resume_slack` later at most). Running is
 //!    its first statement, its last (if reached) and each recorded resume.
+//! 7. Released keys stay free (Cluster and Sentinel: `release_bound` set):
+//!    a call that ended in `Timeout` has its wait window covered, but for
+//!    stretches of at most `gap_slack`, by the holders of rule 4 (bodies,
+//!    a lease after unclean ones) and, after each call on the key that
+//!    returned with its release awaited (ok or body error), the time from
+//!    its body's exit until `release_bound` after its end. Fault windows
+//!    explain nothing: a failover may cost the calls in flight, not the
+//!    keys released before it.
 
 use std::collections::HashMap;
 
@@ -50,6 +58,32 @@ pub struct Limits {
     /// body: a poll that began before the end can record its moment later
     /// on loaded cores.
     pub resume_slack: u64,
+    /// How long before a body's first statement, or before the end of a
+    /// call that got no body, its grant may already hold the key (rules 4
+    /// and 7): 0 on one node and Redlock; with `sync_replicas`, the `WAIT`
+    /// between the grant and the body, and for a call refused with
+    /// `NotReplicated`, the attempt and the release that gives it back.
+    pub grant_lead: u64,
+    /// Rule 7's bound: how long after a call's release returned its key
+    /// may still be held (a release sent again to a new master after a
+    /// failover). `None`: rule 7 is off (one node, Redlock).
+    pub release_bound: Option<u64>,
+}
+
+impl Limits {
+    /// The limits of the Cluster and Sentinel modes, whose clients use
+    /// `sync_replicas(1, sync_timeout)`: a grant may lead its body by the
+    /// `WAIT`, and a refused one its call's end by an attempt and a
+    /// release (3 command timeouts and the `WAIT`); rule 7 on, with a
+    /// bound of 5 s (2 s for failure detection and promotion, 3 s more).
+    pub fn replicated(sync_timeout: u64) -> Limits {
+        let base = Limits::default();
+        Limits {
+            grant_lead: sync_timeout + 3 * base.command_timeout,
+            release_bound: Some(5_000_000_000),
+            ..base
+        }
+    }
 }
 
 impl Default for Limits {
@@ -61,6 +95,8 @@ impl Default for Limits {
             call_slack: 1_000_000_000,
             gap_slack: 200_000_000,
             resume_slack: 5_000_000,
+            grant_lead: 0,
+            release_bound: None,
         }
     }
 }
@@ -68,7 +104,7 @@ impl Default for Limits {
 /// One broken rule.
 #[derive(Debug, Clone)]
 pub struct Violation {
-    /// 1 to 6.
+    /// 1 to 7.
     pub rule: u8,
     /// The key.
     pub key: String,
@@ -333,6 +369,7 @@ pub fn check(history: &History, limits: &Limits) -> Vec<Violation> {
     out.extend(fencing(&ix));
     out.extend(bounded_calls(&ix, limits));
     out.extend(crate::availability::availability(&ix, limits));
+    out.extend(crate::availability::released_keys(&ix, limits));
     out.extend(crate::reentry::siblings(&ix));
     out.extend(crate::reentry::after_hold(&ix, limits));
     out.sort_by_key(|v| (v.at, v.rule));

@@ -357,3 +357,125 @@ fn detached_body_next_to_the_next_holder_fails_rules_1_and_6() {
     let v = check(&h, &Limits::default());
     assert_eq!(rules(&v), vec![1, 6], "{v:#?}");
 }
+
+/// Rule 7's limits: no `WAIT` (a grant lead of 3 command timeouts, 600
+/// ms), a 5 s bound.
+fn replicated() -> Limits {
+    Limits::replicated(0)
+}
+
+/// [`good`] without its timeout in a fault window with no holder: rule 4
+/// excuses it, rule 7 does not.
+fn good_replicated() -> History {
+    let mut h = good();
+    h.calls
+        .retain(|c| !(c.key == "e" && c.outcome == Outcome::Timeout));
+    h
+}
+
+/// Rule 7's rules only (rule 4 excuses what faults explain).
+fn rule_7(h: &History) -> Vec<Violation> {
+    check(h, &replicated())
+        .into_iter()
+        .filter(|v| v.rule == 7)
+        .collect()
+}
+
+/// A kill-master window of 3 s at 100 s.
+fn failover_window(h: &mut History) {
+    h.faults.push(Fault {
+        kind: "kill-master".into(),
+        target: "node0".into(),
+        start: 100_000 * MS,
+        end: 103_000 * MS,
+    });
+}
+
+#[test]
+fn rule_7_is_off_by_default_and_passes_the_good_history_without_its_fault() {
+    // Its timeout in a fault window with no holder (rule 4's exemption) is
+    // what rule 7 forbids: without it, the history passes rule 7 too.
+    assert!(check(&good_replicated(), &replicated()).is_empty());
+    assert!(check(&good(), &Limits::default()).is_empty());
+    assert_eq!(rules(&check(&good(), &replicated())), vec![7]);
+}
+
+#[test]
+fn key_released_before_a_failover_and_still_held_fails_rule_7() {
+    let mut h = good_replicated();
+    failover_window(&mut h);
+    // Released at 100.5 s (the release returned); a waiter from 106 s to
+    // 107 s finds the key held with nobody recorded: 0.5 s past the bound.
+    section(&mut h, 0, 10, "x", 100_000, 100_400, 9, Outcome::Ok);
+    h.calls.last_mut().expect("call").end = 100_500 * MS;
+    h.calls
+        .push(call(1, 10, 10, "x", 106_000, 107_000, Outcome::Timeout));
+    let v = rule_7(&h);
+    assert_eq!(rules(&v), vec![7], "{v:#?}");
+    assert_eq!(v[0].at, 106_000 * MS);
+    assert!(v[0].message.starts_with("released key held: p1t0 call 10"));
+    // Rule 4 fails too: the fault's allowance ended at 103 + 2 = 105 s.
+    assert_eq!(rules(&check(&h, &replicated())), vec![4, 7]);
+}
+
+#[test]
+fn waiting_within_the_bound_after_a_release_passes_rule_7() {
+    let mut h = good_replicated();
+    failover_window(&mut h);
+    section(&mut h, 0, 10, "x", 100_000, 100_400, 9, Outcome::Ok);
+    h.calls.last_mut().expect("call").end = 100_500 * MS;
+    // Within 5 s of the release's return (and in the fault's allowance).
+    h.calls
+        .push(call(1, 10, 10, "x", 104_000, 105_000, Outcome::Timeout));
+    assert!(check(&h, &replicated()).is_empty());
+}
+
+#[test]
+fn timeout_in_a_fault_with_no_holder_and_no_release_fails_rule_7_only() {
+    let mut h = good_replicated();
+    failover_window(&mut h);
+    h.calls
+        .push(call(1, 10, 10, "x", 101_000, 102_000, Outcome::Timeout));
+    assert_eq!(rules(&check(&h, &replicated())), vec![7]);
+}
+
+#[test]
+fn unclean_holders_and_refused_grants_explain_rule_7() {
+    let mut h = good_replicated();
+    failover_window(&mut h);
+    // A holder told Lost: a lease after its body; a call refused with
+    // NotReplicated: its grant from `grant_lead` before its end, a lease
+    // after.
+    section(
+        &mut h,
+        0,
+        10,
+        "x",
+        100_000,
+        101_000,
+        9,
+        Outcome::LostExpired,
+    );
+    h.calls.push(call(
+        0,
+        11,
+        11,
+        "x",
+        101_000,
+        101_700,
+        Outcome::NotReplicated,
+    ));
+    h.calls.last_mut().expect("call").lease = 1000 * MS;
+    h.calls
+        .push(call(1, 10, 10, "x", 101_000, 102_000, Outcome::Timeout));
+    assert!(rule_7(&h).is_empty(), "{:#?}", rule_7(&h));
+    // A re-entry's clean end explains nothing: only acquisitions release.
+    let mut h = good_replicated();
+    section(&mut h, 0, 20, "y", 200_000, 200_500, 9, Outcome::Ok);
+    h.bodies.push(body(0, 21, 20, "y", 200_100, 200_200, 9));
+    h.calls
+        .push(call(0, 21, 20, "y", 200_100, 200_200, Outcome::Ok));
+    h.calls
+        .push(call(1, 20, 20, "y", 206_000, 207_000, Outcome::Timeout));
+    assert_eq!(rules(&rule_7(&h)), vec![7]);
+}

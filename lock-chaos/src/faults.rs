@@ -28,6 +28,14 @@ pub enum Kind {
     BlackHole,
     /// The proxy closes every open connection.
     Reset,
+    /// Cluster and Sentinel: kill -9 a master, wait for the failover,
+    /// restart it empty as a replica.
+    KillMaster,
+    /// Cluster and Sentinel: `CLUSTER FAILOVER` on a replica, or
+    /// `SENTINEL FAILOVER` on a sentinel.
+    Failover,
+    /// Cluster and Sentinel: kill -9 a replica and restart it empty.
+    ReplicaRestart,
 }
 
 /// Every kind, for the plan and the summary.
@@ -42,6 +50,14 @@ pub const KINDS: [Kind; 8] = [
     Kind::Reset,
 ];
 
+/// The kinds of the `cluster` and `sentinel` modes.
+pub const REPLICATED_KINDS: [Kind; 4] = [
+    Kind::Pause,
+    Kind::KillMaster,
+    Kind::Failover,
+    Kind::ReplicaRestart,
+];
+
 impl Kind {
     /// The word in the history.
     pub fn as_str(self) -> &'static str {
@@ -54,6 +70,9 @@ impl Kind {
             Kind::Delay => "delay",
             Kind::BlackHole => "blackhole",
             Kind::Reset => "reset",
+            Kind::KillMaster => "kill-master",
+            Kind::Failover => "failover",
+            Kind::ReplicaRestart => "replica-restart",
         }
     }
 }
@@ -93,7 +112,11 @@ pub struct Shape {
 
 /// The kind named `name` (as in the history, without parameters).
 pub fn kind_named(name: &str) -> Option<Kind> {
-    KINDS.iter().copied().find(|k| k.as_str() == name)
+    KINDS
+        .iter()
+        .chain(&REPLICATED_KINDS)
+        .copied()
+        .find(|k| k.as_str() == name)
 }
 
 /// The fault plan of a run of `run_ms` on `nodes` nodes: a fault every
@@ -232,6 +255,8 @@ pub async fn apply(fault: &Planned, node: &Node) -> Fault {
             proxies.iter().for_each(Proxy::pass);
         }
         Kind::Reset => proxies.iter().for_each(Proxy::reset),
+        // Replicated deployments only (`crate::failover`).
+        Kind::KillMaster | Kind::Failover | Kind::ReplicaRestart => {}
     }
     let kind = match fault.kind {
         Kind::Delay => format!("delay{}ms", fault.param),

@@ -6,18 +6,75 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::checker::{self, Limits, Violation};
+use crate::failover;
 use crate::faults::{self, Node};
 use crate::history::{Fault, History};
 use crate::proxy::Proxy;
 use crate::servers::{Server, TempDir};
+use crate::topology::{self, Replicated, Topology};
+
+/// Where the locks are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// One node, through proxies.
+    Single,
+    /// Redlock on 5 nodes, through proxies.
+    Redlock,
+    /// Redis Cluster, 3 masters with a replica each; `sync_replicas(1, ..)`.
+    Cluster,
+    /// 1 master, 1 replica, 3 sentinels; `sync_replicas(1, ..)`.
+    Sentinel,
+}
+
+impl Mode {
+    /// Its name (`--mode`, the worker's `--deploy`, the history file).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Single => "single",
+            Mode::Redlock => "redlock",
+            Mode::Cluster => "cluster",
+            Mode::Sentinel => "sentinel",
+        }
+    }
+
+    /// The mode named `name`.
+    pub fn named(name: &str) -> Option<Mode> {
+        [Mode::Single, Mode::Redlock, Mode::Cluster, Mode::Sentinel]
+            .into_iter()
+            .find(|m| m.as_str() == name)
+    }
+
+    /// Whether it is a replicated deployment (Cluster or Sentinel).
+    pub fn replicated(self) -> bool {
+        matches!(self, Mode::Cluster | Mode::Sentinel)
+    }
+
+    /// The fault kinds it uses by default.
+    pub fn kinds(self) -> &'static [faults::Kind] {
+        if self.replicated() {
+            &faults::REPLICATED_KINDS
+        } else {
+            &faults::KINDS
+        }
+    }
+
+    /// The checker's limits for its histories.
+    pub fn limits(self) -> Limits {
+        if self.replicated() {
+            Limits::replicated(crate::worker::SYNC_TIMEOUT_MS * 1_000_000)
+        } else {
+            Limits::default()
+        }
+    }
+}
 
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
     /// The seed.
     pub seed: u64,
-    /// Redlock (5 nodes) or one node.
-    pub redlock: bool,
+    /// Where the locks are.
+    pub mode: Mode,
     /// How long workers make calls (ms).
     pub run_ms: u64,
     /// Worker processes.
@@ -39,6 +96,9 @@ pub struct RunResult {
     pub violations: Vec<Violation>,
     /// What the workers wrote on stderr (trimmed).
     pub worker_errors: Vec<String>,
+    /// Cluster and Sentinel: what each fault did (promotion, restart, whole
+    /// again), with its start time (ns).
+    pub notes: Vec<(u64, String)>,
 }
 
 async fn start_nodes(dir: &TempDir, n: usize, workers: u32) -> std::io::Result<Vec<Arc<Node>>> {
@@ -70,16 +130,16 @@ fn spawn_worker(
     let exe = std::env::current_exe()?;
     let out = dir.path().join(format!("worker{proc}.history"));
     let err = std::fs::File::create(dir.path().join(format!("worker{proc}.stderr")))?;
-    let prefix = if cfg.redlock {
-        "lock:redlock:"
-    } else {
-        "lock:single:"
+    let prefix = match cfg.mode {
+        Mode::Cluster => topology::cluster_prefix(),
+        mode => format!("lock:{}:", mode.as_str()),
     };
     tokio::process::Command::new(exe)
         .arg("worker")
         .args(["--proc", &proc.to_string(), "--seed", &cfg.seed.to_string()])
         .args(["--tasks", &cfg.tasks.to_string(), "--urls", urls])
-        .args(["--prefix", prefix, "--run-ms", &cfg.run_ms.to_string()])
+        .args(["--deploy", cfg.mode.as_str()])
+        .args(["--prefix", &prefix, "--run-ms", &cfg.run_ms.to_string()])
         .args([
             "--distinct-siblings",
             if cfg.distinct_siblings { "1" } else { "0" },
@@ -97,7 +157,8 @@ fn schedule_faults(
     cfg: &RunConfig,
     nodes: &[Arc<Node>],
 ) -> (Arc<Mutex<Vec<Fault>>>, Vec<tokio::task::JoinHandle<()>>) {
-    let max_busy = if cfg.redlock { 2 } else { 1 };
+    let redlock = cfg.mode == Mode::Redlock;
+    let max_busy = if redlock { 2 } else { 1 };
     let shape = faults::Shape {
         nodes: nodes.len(),
         workers: cfg.workers as usize,
@@ -105,7 +166,7 @@ fn schedule_faults(
         max_busy,
         kinds: cfg.kinds.clone(),
     };
-    let plan = faults::plan(cfg.seed ^ u64::from(cfg.redlock), &shape);
+    let plan = faults::plan(cfg.seed ^ u64::from(redlock), &shape);
     let windows = Arc::new(Mutex::new(Vec::new()));
     let start = tokio::time::Instant::now();
     let handles = plan
@@ -123,37 +184,20 @@ fn schedule_faults(
     (windows, handles)
 }
 
-/// Runs one mode and checks its history.
-pub async fn run(cfg: &RunConfig) -> std::io::Result<RunResult> {
-    let dir = TempDir::new(if cfg.redlock { "redlock" } else { "single" })?;
-    let nodes = start_nodes(&dir, if cfg.redlock { 5 } else { 1 }, cfg.workers).await?;
-    let mut children = Vec::new();
-    for proc in 0..cfg.workers {
-        // Each worker has its own link (proxy) to each node.
-        let urls: Vec<String> = nodes
-            .iter()
-            .map(|n| n.proxies[proc as usize].url())
-            .collect();
-        children.push(spawn_worker(cfg, proc, &urls.join(","), &dir)?);
-    }
-    let (windows, handles) = schedule_faults(cfg, &nodes);
+/// Waits for the workers (bounded: killed by pid past the run + 30 s).
+async fn wait_workers(cfg: &RunConfig, children: &mut [tokio::process::Child]) {
     let limit = Duration::from_millis(cfg.run_ms + 30_000);
-    for child in &mut children {
+    for child in children {
         if tokio::time::timeout(limit, child.wait()).await.is_err() {
             // By pid: our own child.
             let _ = child.start_kill();
             let _ = child.wait().await;
         }
     }
-    for handle in handles {
-        let abort = handle.abort_handle();
-        if tokio::time::timeout(Duration::from_secs(10), handle)
-            .await
-            .is_err()
-        {
-            abort.abort();
-        }
-    }
+}
+
+/// The workers' merged history and their stderr tails.
+fn collect(cfg: &RunConfig, dir: &TempDir) -> (History, Vec<String>) {
     let mut history = History::default();
     let mut worker_errors = Vec::new();
     for proc in 0..cfg.workers {
@@ -167,13 +211,95 @@ pub async fn run(cfg: &RunConfig) -> std::io::Result<RunResult> {
             worker_errors.push(format!("worker {proc}: {}", tail.join(" | ")));
         }
     }
+    (history, worker_errors)
+}
+
+/// Runs one mode and checks its history.
+pub async fn run(cfg: &RunConfig) -> std::io::Result<RunResult> {
+    if cfg.mode.replicated() {
+        return run_replicated(cfg).await;
+    }
+    let redlock = cfg.mode == Mode::Redlock;
+    let dir = TempDir::new(cfg.mode.as_str())?;
+    let nodes = start_nodes(&dir, if redlock { 5 } else { 1 }, cfg.workers).await?;
+    let mut children = Vec::new();
+    for proc in 0..cfg.workers {
+        // Each worker has its own link (proxy) to each node.
+        let urls: Vec<String> = nodes
+            .iter()
+            .map(|n| n.proxies[proc as usize].url())
+            .collect();
+        children.push(spawn_worker(cfg, proc, &urls.join(","), &dir)?);
+    }
+    let (windows, handles) = schedule_faults(cfg, &nodes);
+    wait_workers(cfg, &mut children).await;
+    for handle in handles {
+        let abort = handle.abort_handle();
+        if tokio::time::timeout(Duration::from_secs(10), handle)
+            .await
+            .is_err()
+        {
+            abort.abort();
+        }
+    }
+    let (mut history, worker_errors) = collect(cfg, &dir);
     history.faults = windows.lock().expect("faults").clone();
     history.faults.sort_by_key(|f| f.start);
-    let violations = checker::check(&history, &Limits::default());
+    let violations = checker::check(&history, &cfg.mode.limits());
     drop(nodes);
     Ok(RunResult {
         history,
         violations,
         worker_errors,
+        notes: Vec::new(),
+    })
+}
+
+/// Cluster or Sentinel: the servers, the workers (straight to the servers,
+/// no proxies), the faults one at a time; then the history.
+async fn run_replicated(cfg: &RunConfig) -> std::io::Result<RunResult> {
+    let dir = TempDir::new(cfg.mode.as_str())?;
+    let path = dir.path().to_owned();
+    let topology = if cfg.mode == Mode::Cluster {
+        Topology::Cluster
+    } else {
+        Topology::Sentinel
+    };
+    let rep = tokio::task::spawn_blocking(move || match topology {
+        Topology::Cluster => Replicated::cluster(&path),
+        Topology::Sentinel => Replicated::sentinel(&path),
+    })
+    .await
+    .map_err(std::io::Error::other)??;
+    let rep = Arc::new(rep);
+    let urls = rep.worker_urls().join(",");
+    let mut children = Vec::new();
+    for proc in 0..cfg.workers {
+        children.push(spawn_worker(cfg, proc, &urls, &dir)?);
+    }
+    let steps = failover::plan(cfg.seed, cfg.run_ms, &cfg.kinds);
+    let started = std::time::Instant::now();
+    let faults = tokio::spawn(failover::run(rep.clone(), steps, started, cfg.run_ms));
+    wait_workers(cfg, &mut children).await;
+    // The last fault ends within its settle limits (about a minute).
+    let applied = faults.await.unwrap_or_default();
+    let (mut history, worker_errors) = collect(cfg, &dir);
+    history.faults = applied.iter().map(|a| a.fault.clone()).collect();
+    let notes = applied
+        .into_iter()
+        .map(|a| {
+            (
+                a.fault.start,
+                format!("{} on {}: {}", a.fault.kind, a.fault.target, a.note),
+            )
+        })
+        .collect();
+    let violations = checker::check(&history, &cfg.mode.limits());
+    drop(rep);
+    Ok(RunResult {
+        history,
+        violations,
+        worker_errors,
+        notes,
     })
 }

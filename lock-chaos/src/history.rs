@@ -41,6 +41,9 @@ pub enum Outcome {
     Backend,
     /// `LockError::NoQuorum`.
     NoQuorum,
+    /// `LockError::NotReplicated`: granted, too few replicas acknowledged
+    /// it, given back.
+    NotReplicated,
     /// Dropped by the worker's `tokio::time::timeout` wrapper.
     Cancelled,
     /// The body panicked (in a spawned task).
@@ -52,7 +55,7 @@ pub enum Outcome {
 }
 
 /// Every outcome, in the order of the summary.
-pub const OUTCOMES: [Outcome; 12] = [
+pub const OUTCOMES: [Outcome; 13] = [
     Outcome::Ok,
     Outcome::BodyErr,
     Outcome::LostExpired,
@@ -61,6 +64,7 @@ pub const OUTCOMES: [Outcome; 12] = [
     Outcome::Timeout,
     Outcome::Backend,
     Outcome::NoQuorum,
+    Outcome::NotReplicated,
     Outcome::Cancelled,
     Outcome::Panic,
     Outcome::Dropped,
@@ -79,6 +83,7 @@ impl Outcome {
             Outcome::Timeout => "timeout",
             Outcome::Backend => "backend",
             Outcome::NoQuorum => "no_quorum",
+            Outcome::NotReplicated => "not_replicated",
             Outcome::Cancelled => "cancelled",
             Outcome::Panic => "panic",
             Outcome::Dropped => "dropped",

@@ -10,6 +10,7 @@ pub mod checker;
 #[cfg(test)]
 mod checker_tests;
 pub mod clock;
+pub mod failover;
 pub mod faults;
 pub mod harness;
 pub mod history;
@@ -20,4 +21,5 @@ pub mod reentry;
 pub mod report;
 pub mod rng;
 pub mod servers;
+pub mod topology;
 pub mod worker;

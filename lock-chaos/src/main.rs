@@ -4,14 +4,14 @@
 use std::time::Instant;
 
 use lock_chaos::checker::{self, Limits};
-use lock_chaos::faults::{self, Kind, KINDS};
-use lock_chaos::harness::{self, RunConfig};
+use lock_chaos::faults::{self, Kind, KINDS, REPLICATED_KINDS};
+use lock_chaos::harness::{self, Mode, RunConfig};
 use lock_chaos::history::History;
 use lock_chaos::report;
 use lock_chaos::worker::{self, WorkerArgs};
 
 const USAGE: &str = "usage: lock-chaos [--minutes N | --seconds N] [--seed S] \
-[--mode single|redlock|both] [--workers N] [--tasks N] [--show N] [--history DIR]
+[--mode single|redlock|both|cluster|sentinel|all] [--workers N] [--tasks N] [--show N] [--history DIR]
        [--faults KIND,KIND,...|none] [--distinct-siblings]
        lock-chaos check FILE [--show N]";
 
@@ -24,7 +24,8 @@ struct Cli {
     tasks: u32,
     show: usize,
     history: Option<String>,
-    kinds: Vec<Kind>,
+    /// `--faults`, when given (each mode keeps the kinds it has).
+    kinds: Option<Vec<Kind>>,
     distinct_siblings: bool,
 }
 
@@ -49,7 +50,7 @@ fn parse_cli(args: &[String]) -> Result<Cli, String> {
         tasks: 4,
         show: 3,
         history: None,
-        kinds: KINDS.to_vec(),
+        kinds: None,
         distinct_siblings: false,
     };
     let mut i = 0;
@@ -63,7 +64,7 @@ fn parse_cli(args: &[String]) -> Result<Cli, String> {
             "--tasks" => cli.tasks = num(args, i)?,
             "--show" => cli.show = num(args, i)?,
             "--history" => cli.history = Some(value(args, i)?.to_owned()),
-            "--faults" => cli.kinds = parse_kinds(value(args, i)?)?,
+            "--faults" => cli.kinds = Some(parse_kinds(value(args, i)?)?),
             "--distinct-siblings" => {
                 cli.distinct_siblings = true;
                 i += 1;
@@ -74,8 +75,11 @@ fn parse_cli(args: &[String]) -> Result<Cli, String> {
         }
         i += 2;
     }
-    if !["single", "redlock", "both"].contains(&cli.mode.as_str()) {
-        return Err(format!("--mode: single, redlock or both\n{USAGE}"));
+    let modes = ["single", "redlock", "both", "cluster", "sentinel", "all"];
+    if !modes.contains(&cli.mode.as_str()) {
+        return Err(format!(
+            "--mode: single, redlock, both, cluster, sentinel or all\n{USAGE}"
+        ));
     }
     Ok(cli)
 }
@@ -85,7 +89,11 @@ fn parse_kinds(list: &str) -> Result<Vec<Kind>, String> {
     if list == "none" {
         return Ok(Vec::new());
     }
-    let names: Vec<&str> = KINDS.iter().map(|k| k.as_str()).collect();
+    let names: Vec<&str> = KINDS
+        .iter()
+        .chain(&REPLICATED_KINDS)
+        .map(|k| k.as_str())
+        .collect();
     list.split(',')
         .map(|name| {
             faults::kind_named(name).ok_or_else(|| {
@@ -101,6 +109,7 @@ fn parse_worker(args: &[String]) -> Result<WorkerArgs, String> {
         seed: 0,
         tasks: 1,
         urls: Vec::new(),
+        deploy: "single".into(),
         prefix: "lock:".into(),
         out: String::new(),
         run_ms: 1000,
@@ -113,6 +122,7 @@ fn parse_worker(args: &[String]) -> Result<WorkerArgs, String> {
             "--seed" => w.seed = num(args, i)?,
             "--tasks" => w.tasks = num(args, i)?,
             "--urls" => w.urls = value(args, i)?.split(',').map(str::to_owned).collect(),
+            "--deploy" => w.deploy = value(args, i)?.to_owned(),
             "--prefix" => w.prefix = value(args, i)?.to_owned(),
             "--out" => w.out = value(args, i)?.to_owned(),
             "--run-ms" => w.run_ms = num(args, i)?,
@@ -125,17 +135,25 @@ fn parse_worker(args: &[String]) -> Result<WorkerArgs, String> {
 }
 
 /// Runs one mode, prints its findings; the number of violations.
-async fn run_mode(cli: &Cli, redlock: bool, seconds: u64) -> Result<usize, String> {
+async fn run_mode(cli: &Cli, mode: Mode, seconds: u64) -> Result<usize, String> {
+    let kinds = match &cli.kinds {
+        Some(kinds) => kinds
+            .iter()
+            .copied()
+            .filter(|k| mode.kinds().contains(k))
+            .collect(),
+        None => mode.kinds().to_vec(),
+    };
     let cfg = RunConfig {
         seed: cli.seed,
-        redlock,
+        mode,
         run_ms: seconds * 1000,
         workers: cli.workers,
         tasks: cli.tasks,
-        kinds: cli.kinds.clone(),
+        kinds,
         distinct_siblings: cli.distinct_siblings,
     };
-    let name = if redlock { "redlock" } else { "single" };
+    let name = mode.as_str();
     println!(
         "== mode {name}: seed {} for {seconds} s, {} workers x {} tasks",
         cli.seed, cli.workers, cli.tasks
@@ -160,6 +178,14 @@ async fn run_mode(cli: &Cli, redlock: bool, seconds: u64) -> Result<usize, Strin
     for e in &result.worker_errors {
         println!("worker stderr: {e}");
     }
+    if !result.notes.is_empty() {
+        println!("-- faults {name} (s from run start)");
+        for (at, note) in &result.notes {
+            let at = at.saturating_sub(h.origin()) as f64 / 1e9;
+            println!("  {at:7.1} {note}");
+        }
+    }
+    print!("{}", report::windows(h));
     println!("-- summary {name} (seed {})", cli.seed);
     print!(
         "{}",
@@ -169,15 +195,21 @@ async fn run_mode(cli: &Cli, redlock: bool, seconds: u64) -> Result<usize, Strin
 }
 
 async fn harness_main(cli: Cli) -> Result<usize, String> {
+    let modes: &[Mode] = match cli.mode.as_str() {
+        "both" => &[Mode::Single, Mode::Redlock],
+        "all" => &[Mode::Single, Mode::Redlock, Mode::Cluster, Mode::Sentinel],
+        name => &[Mode::named(name).expect("checked by parse_cli")][..],
+    };
+    // The time is shared equally among the modes; the last takes the rest.
+    let share = (cli.seconds / modes.len() as u64).max(1);
     let mut found = 0;
-    match cli.mode.as_str() {
-        "single" => found += run_mode(&cli, false, cli.seconds).await?,
-        "redlock" => found += run_mode(&cli, true, cli.seconds).await?,
-        _ => {
-            let half = (cli.seconds / 2).max(1);
-            found += run_mode(&cli, false, half).await?;
-            found += run_mode(&cli, true, cli.seconds.saturating_sub(half).max(1)).await?;
-        }
+    for (i, &mode) in modes.iter().enumerate() {
+        let seconds = if i + 1 == modes.len() {
+            cli.seconds.saturating_sub(share * i as u64).max(1)
+        } else {
+            share
+        };
+        found += run_mode(&cli, mode, seconds).await?;
     }
     Ok(found)
 }
@@ -201,7 +233,19 @@ fn check_file(args: &[String]) -> i32 {
     };
     let mut history = History::default();
     history.parse_into(&text);
-    let violations = checker::check(&history, &Limits::default());
+    // Cluster and Sentinel histories (named so by `--history`, or with
+    // their faults) are checked with their limits.
+    let replicated = ["cluster", "sentinel"].iter().any(|m| file.contains(m))
+        || history
+            .faults
+            .iter()
+            .any(|f| ["kill-master", "failover", "replica-restart"].contains(&f.kind.as_str()));
+    let limits = if replicated {
+        Mode::Cluster.limits()
+    } else {
+        Limits::default()
+    };
+    let violations = checker::check(&history, &limits);
     print!("{}", report::findings(&history, &violations, file, show));
     let span = history
         .faults

@@ -166,20 +166,21 @@ pub fn summary(h: &History, duration_s: f64, violations: &[Violation]) -> String
     let losses = h.calls.iter().filter(|c| c.outcome.is_lost()).count();
     let _ = writeln!(out, "losses: {losses}");
     out.push_str(&nested_summary(h));
-    let mut rules = [0usize; 7];
+    let mut rules = [0usize; 8];
     for v in violations {
-        rules[usize::from(v.rule).min(6)] += 1;
+        rules[usize::from(v.rule).min(7)] += 1;
     }
     let _ = writeln!(
         out,
-        "violations: {} (mutual exclusion {}, fencing {}, bounded calls {}, availability {}, siblings {}, after hold {})",
+        "violations: {} (mutual exclusion {}, fencing {}, bounded calls {}, availability {}, siblings {}, after hold {}, released keys {})",
         violations.len(),
         rules[1],
         rules[2],
         rules[3],
         rules[4],
         rules[5],
-        rules[6]
+        rules[6],
+        rules[7]
     );
     if h.bad_lines > 0 {
         let _ = writeln!(out, "unparsed lines: {}", h.bad_lines);
@@ -240,6 +241,87 @@ pub fn findings(h: &History, violations: &[Violation], label: &str, show: usize)
             out.push_str(&context(&ix, v, origin));
         }
         *n += 1;
+    }
+    out
+}
+
+/// Successful calls (acquisitions, not re-entries, that returned with
+/// their release awaited: `ok` or `body_err`) by end time, per fault
+/// window: during each fault (its start to its end) and after it (its end
+/// to the next fault's start, or the last call's end). A line per fault,
+/// then the totals per kind, with the calm stretches (3 s or more after a
+/// fault) apart, so that a run that only shows unavailability says so.
+pub fn windows(h: &History) -> String {
+    let mut ends: Vec<u64> = h
+        .calls
+        .iter()
+        .filter(|c| !c.is_reentry() && c.outcome.is_clean())
+        .map(|c| c.end)
+        .collect();
+    ends.sort_unstable();
+    let count = |from: u64, to: u64| {
+        let lo = ends.partition_point(|&t| t < from);
+        let hi = ends.partition_point(|&t| t < to);
+        hi - lo
+    };
+    let last = h.calls.iter().map(|c| c.end).max().unwrap_or(0);
+    let origin = h.origin();
+    let mut faults: Vec<_> = h.faults.iter().collect();
+    faults.sort_by_key(|f| f.start);
+    let first = faults.first().map_or(last, |f| f.start);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "successful calls per window (ok or body_err, by end; s from run start):\n  before the first fault: {} in {:.1} s",
+        count(origin, first),
+        first.saturating_sub(origin) as f64 / 1e9
+    );
+    // Per kind: faults, calls during, seconds during, calls after, seconds
+    // after, windows with no success during.
+    let mut kinds: BTreeMap<String, [f64; 6]> = BTreeMap::new();
+    for (i, f) in faults.iter().enumerate() {
+        let next = faults.get(i + 1).map_or(last, |g| g.start).max(f.end);
+        let (during, after) = (count(f.start, f.end), count(f.end, next));
+        let (d_s, a_s) = ((f.end - f.start) as f64 / 1e9, (next - f.end) as f64 / 1e9);
+        let _ = writeln!(
+            out,
+            "  {:7.1} {} on {}: {during} during {d_s:.1} s, {after} in the {a_s:.1} s after",
+            (f.start - origin) as f64 / 1e9,
+            f.kind,
+            f.target
+        );
+        let mut add = |name: String, d: usize, ds: f64| {
+            let e = kinds.entry(name).or_default();
+            e[0] += 1.0;
+            e[1] += d as f64;
+            e[2] += ds;
+            e[5] += f64::from(u8::from(d == 0));
+        };
+        add(kind_family(&f.kind).to_owned(), during, d_s);
+        let calm = if a_s >= 3.0 {
+            "calm (3 s or more)"
+        } else {
+            "between faults"
+        };
+        let e = kinds.entry(format!("~{calm}")).or_default();
+        e[0] += 1.0;
+        e[3] += after as f64;
+        e[4] += a_s;
+    }
+    for (kind, [n, d, ds, a, a_s, zero]) in &kinds {
+        if let Some(stretch) = kind.strip_prefix('~') {
+            let _ = writeln!(
+                out,
+                "  after faults, {stretch}: {n} windows, {a} calls in {a_s:.1} s ({:.1}/s)",
+                a / a_s.max(1e-9)
+            );
+        } else {
+            let _ = writeln!(
+                out,
+                "  during {kind}: {n} faults, {d} calls in {ds:.1} s ({:.1}/s), {zero} with none",
+                d / ds.max(1e-9)
+            );
+        }
     }
     out
 }

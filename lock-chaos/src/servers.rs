@@ -39,6 +39,32 @@ impl Drop for TempDir {
     }
 }
 
+/// A free loopback port whose cluster bus port (+10000) is free too, both
+/// below the kernel's range for outgoing connections (32768 up), so that no
+/// client takes a bus port between the check and the start.
+pub fn free_cluster_port() -> std::io::Result<u16> {
+    let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+    let mut rng = crate::rng::Rng::new(crate::clock::now_ns() ^ u64::from(std::process::id()));
+    for _ in 0..2000 {
+        let port = 12_000 + rng.range(0, 9_999) as u16;
+        if free(port) && free(port + 10_000) {
+            return Ok(port);
+        }
+    }
+    Err(std::io::Error::other("no free cluster port"))
+}
+
+/// How a [`Server`] runs: a redis-server with extra arguments, or a
+/// sentinel with its config file.
+#[derive(Debug, Clone)]
+pub enum Flavor {
+    /// redis-server with these arguments after the standard ones.
+    Args(Vec<String>),
+    /// A sentinel: this config text (after `port`, `bind` and `dir`) in a
+    /// file of its own, run with `--sentinel`.
+    Sentinel(String),
+}
+
 /// One redis-server on `127.0.0.1:port`, with its dump file in `dir`.
 #[derive(Debug)]
 pub struct Server {
@@ -46,29 +72,59 @@ pub struct Server {
     pub port: u16,
     dir: PathBuf,
     child: Option<Child>,
+    /// How it runs (replaced before a restart as a replica of another node).
+    pub flavor: Flavor,
 }
 
 impl Server {
     /// Starts a server in `dir` (created) on a free port; waits for PING.
     pub fn start(dir: PathBuf) -> std::io::Result<Server> {
+        Server::start_as(dir, free_port()?, Flavor::Args(Vec::new()))
+    }
+
+    /// Starts a server of `flavor` in `dir` (created) on `port`; waits for
+    /// PING.
+    pub fn start_as(dir: PathBuf, port: u16, flavor: Flavor) -> std::io::Result<Server> {
         std::fs::create_dir_all(&dir)?;
         let mut server = Server {
-            port: free_port()?,
+            port,
             dir,
             child: None,
+            flavor,
         };
         server.spawn()?;
         Ok(server)
     }
 
+    fn command(&self) -> std::io::Result<Command> {
+        let mut command = Command::new("redis-server");
+        if let Flavor::Sentinel(conf) = &self.flavor {
+            let path = self.dir.join("sentinel.conf");
+            let head = format!(
+                "port {}\nbind 127.0.0.1\ndir {}\n",
+                self.port,
+                self.dir.display()
+            );
+            std::fs::write(&path, head + conf)?;
+            command.arg(path).arg("--sentinel");
+            return Ok(command);
+        }
+        command
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--dbfilename", "dump.rdb"])
+            .arg("--dir")
+            .arg(&self.dir);
+        if let Flavor::Args(args) = &self.flavor {
+            command.args(args);
+        }
+        Ok(command)
+    }
+
     fn spawn(&mut self) -> std::io::Result<()> {
         for _ in 0..50 {
-            let child = Command::new("redis-server")
-                .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
-                .args(["--save", "", "--appendonly", "no"])
-                .args(["--dbfilename", "dump.rdb"])
-                .arg("--dir")
-                .arg(&self.dir)
+            let child = self
+                .command()?
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()?;
@@ -153,7 +209,9 @@ impl Server {
         }
         self.spawn()
     }
+}
 
+impl Server {
     /// `SAVE` now (a snapshot that a later restart brings back).
     pub fn save(&self) -> redis::RedisResult<()> {
         self.admin(|con| redis::cmd("SAVE").query::<()>(con))

@@ -24,8 +24,11 @@ pub struct WorkerArgs {
     pub seed: u64,
     /// How many tasks.
     pub tasks: u32,
-    /// Server URLs (through the proxies): one, or five for Redlock.
+    /// Server URLs: one node or five for Redlock (through the proxies),
+    /// the cluster's nodes, or the sentinels.
     pub urls: Vec<String>,
+    /// The deployment: `single`, `redlock`, `cluster` or `sentinel`.
+    pub deploy: String,
     /// The key prefix.
     pub prefix: String,
     /// Where to write the history.
@@ -67,14 +70,19 @@ pub fn builder(prefix: &str) -> LockClientBuilder {
         .node_timeout(Duration::from_millis(80))
 }
 
-async fn connect(prefix: &str, urls: &[String]) -> Result<LockClient, LockError> {
+/// The `WAIT` timeout of `sync_replicas(1, ..)` on Cluster and Sentinel.
+pub const SYNC_TIMEOUT_MS: u64 = 250;
+
+async fn connect(prefix: &str, deploy: &str, urls: &[String]) -> Result<LockClient, LockError> {
     let mut last = None;
+    let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let synced = || builder(prefix).sync_replicas(1, Duration::from_millis(SYNC_TIMEOUT_MS));
     for _ in 0..20 {
-        let result = if urls.len() == 1 {
-            builder(prefix).connect(&urls[0]).await
-        } else {
-            let refs: Vec<&str> = urls.iter().map(String::as_str).collect();
-            builder(prefix).redlock(&refs).await
+        let result = match deploy {
+            "cluster" => synced().cluster(&refs).await,
+            "sentinel" => synced().sentinel(&refs, crate::topology::MASTER_NAME).await,
+            _ if urls.len() == 1 => builder(prefix).connect(&urls[0]).await,
+            _ => builder(prefix).redlock(&refs).await,
         };
         match result {
             Ok(client) => return Ok(client),
@@ -184,6 +192,7 @@ fn classify(result: Result<(), CallError>) -> Outcome {
             LockError::Timeout { .. } => Outcome::Timeout,
             LockError::Backend { .. } => Outcome::Backend,
             LockError::NoQuorum { .. } => Outcome::NoQuorum,
+            LockError::NotReplicated { .. } => Outcome::NotReplicated,
             _ => Outcome::Other,
         },
     }
@@ -311,11 +320,11 @@ pub async fn run(args: WorkerArgs) -> Result<(), String> {
             eprintln!("{info}");
         }
     }));
-    let global = connect(&args.prefix, &args.urls)
+    let global = connect(&args.prefix, &args.deploy, &args.urls)
         .await
         .map_err(|e| e.to_string())?;
     lock_runtime::init(global).map_err(|e| e.to_string())?;
-    let second = connect(&args.prefix, &args.urls)
+    let second = connect(&args.prefix, &args.deploy, &args.urls)
         .await
         .map_err(|e| e.to_string())?;
     let _ = SECOND.set(second);

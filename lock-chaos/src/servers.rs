@@ -97,7 +97,7 @@ impl Server {
     }
 
     fn command(&self) -> std::io::Result<Command> {
-        let mut command = Command::new("redis-server");
+        let mut command = Command::new(server_bin());
         if let Flavor::Sentinel(conf) = &self.flavor {
             let path = self.dir.join("sentinel.conf");
             let head = format!(
@@ -136,7 +136,10 @@ impl Server {
             self.kill();
             std::thread::sleep(Duration::from_millis(50));
         }
-        Err(std::io::Error::other("redis-server did not start"))
+        Err(std::io::Error::other(format!(
+            "{} did not start",
+            server_bin().to_string_lossy()
+        )))
     }
 
     fn wait_ready(&mut self, limit: Duration) -> bool {
@@ -235,4 +238,22 @@ impl Drop for Server {
         self.signal(libc::SIGCONT);
         self.kill();
     }
+}
+
+/// The server binary: `LOCK_TEST_REDIS_SERVER`, or `redis-server` from
+/// PATH (as the test suite picks it).
+pub fn server_bin() -> std::ffi::OsString {
+    bin_from_env("LOCK_TEST_REDIS_SERVER", "redis-server")
+}
+
+/// The client binary (`--cluster create`): `LOCK_TEST_REDIS_CLI`, or
+/// `redis-cli` from PATH.
+pub fn cli_bin() -> std::ffi::OsString {
+    bin_from_env("LOCK_TEST_REDIS_CLI", "redis-cli")
+}
+
+fn bin_from_env(var: &str, default: &str) -> std::ffi::OsString {
+    std::env::var_os(var)
+        .filter(|value| !value.is_empty())
+        .unwrap_or_else(|| default.into())
 }

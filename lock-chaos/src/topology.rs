@@ -143,7 +143,7 @@ impl Replicated {
             data,
             sentinels: Vec::new(),
         };
-        let mut create = Command::new("redis-cli");
+        let mut create = Command::new(crate::servers::cli_bin());
         create.args(["--cluster", "create"]);
         for port in rep.ports() {
             create.arg(format!("127.0.0.1:{port}"));

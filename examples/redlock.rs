@@ -36,14 +36,19 @@ impl LocalNodes {
         let mut servers = Vec::new();
         for i in 0..5 {
             servers.push(
-                Command::new("redis-server")
-                    .args(["--port", "0", "--save", "", "--appendonly", "no"])
-                    .arg("--unixsocket")
-                    .arg(dir.join(format!("node{i}.sock")))
-                    .arg("--dir")
-                    .arg(&dir)
-                    .stdout(Stdio::null())
-                    .spawn()?,
+                // The server binary the test suite uses, else redis-server.
+                Command::new(
+                    std::env::var_os("LOCK_TEST_REDIS_SERVER")
+                        .filter(|bin| !bin.is_empty())
+                        .unwrap_or_else(|| "redis-server".into()),
+                )
+                .args(["--port", "0", "--save", "", "--appendonly", "no"])
+                .arg("--unixsocket")
+                .arg(dir.join(format!("node{i}.sock")))
+                .arg("--dir")
+                .arg(&dir)
+                .stdout(Stdio::null())
+                .spawn()?,
             );
         }
         let nodes = LocalNodes { dir, servers };

@@ -171,7 +171,7 @@ impl Route for ClusterBackend {
         };
         let routed = (call.script, call.key);
         synced
-            .run(&self.home, &self.commands, routed, call.cmd, undo)
+            .run(&self.home, &self.commands, routed, (call.cmd, undo))
             .await
     }
 

@@ -70,8 +70,29 @@ impl MasterPools {
 
     /// Runs `cmd` (an EVALSHA of `script` on `key`) and `WAIT` on the
     /// slot's master; see [`Replicated::run`]. A redirect sends it once
-    /// more, to the master it names.
+    /// more, to the master it names. All of it, reading the slot map
+    /// included, ends within the command timeout plus the replicas'
+    /// timeout.
     pub(crate) async fn run(
+        &self,
+        home: &Handle,
+        commands: &ClusterConnection,
+        routed: (&'static Script, &str),
+        (cmd, undo): (Cmd, Option<Cmd>),
+    ) -> Result<(Value, usize), RedisError> {
+        let bound = self.timeouts.1.saturating_add(self.sync.timeout);
+        let run = self.run_unbounded(home, commands, routed, cmd, undo);
+        match polled_on(home, tokio::time::timeout(bound, run)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(RedisError::from((
+                redis::ErrorKind::Io,
+                "no replica-synced answer within the command timeout and the replicas' timeout",
+            ))),
+        }
+    }
+
+    /// [`run`](Self::run), without the bound.
+    async fn run_unbounded(
         &self,
         home: &Handle,
         commands: &ClusterConnection,

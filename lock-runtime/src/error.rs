@@ -131,6 +131,26 @@ pub enum LockError {
     #[error("cannot connect to Redis: {0}")]
     Connect(#[source] redis::RedisError),
 
+    /// The key is held or waited for as another kind of lock than the one
+    /// this call asks for (a read-write lock, a counted lock with some
+    /// count, a fair lock): one key is one lock, so the call did not take a
+    /// second one. Found when the call meets the other kind's live state in
+    /// Redis (or memory); the kinds guide ([`guide::kinds`]) has which kinds
+    /// share a key. Use one kind per key, or another key.
+    ///
+    /// [`guide::kinds`]: crate::guide::kinds
+    #[error("lock `{key}` is {found}, and this call asks for {asked}: one key is one lock of one kind; use one kind per key (or another key)")]
+    #[non_exhaustive]
+    KindMismatch {
+        /// The lock's key.
+        key: String,
+        /// The kind this call asked for, as the attribute writes it
+        /// (`mode = "read"`, `permits = 3`, `fair = true`, or `plain`).
+        asked: String,
+        /// What the key is now, as the server (or memory) found it.
+        found: String,
+    },
+
     /// A key or an option was not valid at run time (for example an empty key
     /// or a zero lease given to the programmatic form).
     #[error("invalid lock `{key}`: {message}")]

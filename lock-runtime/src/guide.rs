@@ -6,6 +6,8 @@
 //! - [`deployments`]: which deployment to choose (one node, Sentinel and
 //!   replicas, `sync_replicas`, Redis Cluster, Redlock, the embedded
 //!   backend) and what each guarantees when a server fails.
+//! - [`kinds`]: read-write, counted (permits) and fair locks: their
+//!   semantics, data, limits per deployment, and which kinds share a key.
 //! - [`security`]: passwords, the ACL rules of a least-privilege user, TLS.
 //! - [`operations`]: the client and its options, errors, inspecting and
 //!   force-unlocking a lock, shutdown, the key prefix, upgrading the layout.
@@ -20,6 +22,9 @@
 
 #[doc = include_str!("guide/deployments.md")]
 pub mod deployments {}
+
+#[doc = include_str!("guide/kinds.md")]
+pub mod kinds {}
 
 #[doc = include_str!("guide/security.md")]
 pub mod security {}

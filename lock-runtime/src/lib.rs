@@ -203,7 +203,7 @@ pub use inspect::{ClientInfo, HeldInfo, LockHolder, LockInfo};
 // Documented where it is defined (`lock-macros/src/attribute.md`), so that
 // rustdoc and IDE hover show the same page.
 pub use lock_macros::distributed_lock;
-pub use options::LockOptions;
+pub use options::{LockMode, LockOptions};
 /// The `redis` crate this one is built on: its [`RedisError`](redis::RedisError)
 /// is the cause inside [`LockError::Backend`] and [`LockError::Connect`].
 pub use redis;

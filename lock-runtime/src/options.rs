@@ -1,4 +1,4 @@
-//! Per-call lock options: lease, wait and renewal.
+//! Per-call lock options: lease, wait, renewal and the kind of lock.
 
 use std::time::Duration;
 
@@ -21,6 +21,25 @@ pub struct LockOptions {
     wait: Option<Duration>,
     renew: bool,
     label: Option<&'static str>,
+    mode: LockMode,
+    permits: Option<u32>,
+    fair: bool,
+    waiter_lease: Option<Duration>,
+}
+
+/// Whether a call shares its key with other readers or excludes everyone
+/// (see [`LockOptions::mode`] and the kinds guide,
+/// [`guide::kinds`](crate::guide::kinds)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
+pub enum LockMode {
+    /// Shares the key with any number of other readers; excludes writers
+    /// (and plain locks, which are writers). Once a writer waits, new
+    /// readers wait behind it.
+    Read,
+    /// Excludes every other holder: readers, writers and plain locks. The
+    /// same lock as a call with no mode.
+    #[default]
+    Write,
 }
 
 impl LockOptions {
@@ -40,6 +59,78 @@ impl LockOptions {
             wait: None,
             renew: true,
             label: None,
+            mode: LockMode::Write,
+            permits: None,
+            fair: false,
+            waiter_lease: None,
+        }
+    }
+
+    /// How long a fair waiter's place in line, or a waiting writer's claim
+    /// ahead of new readers, lives without a heartbeat by default: 5 s.
+    pub const DEFAULT_WAITER_LEASE: Duration = Duration::from_secs(5);
+
+    /// Takes the key as a reader ([`LockMode::Read`]: shared with other
+    /// readers) or a writer ([`LockMode::Write`], the default: exclusive,
+    /// the same lock as a plain call). Not with [`permits`](Self::permits)
+    /// or [`fair`](Self::fair): such a call fails with
+    /// [`LockError::Invalid`](crate::LockError::Invalid).
+    pub const fn mode(mut self, mode: LockMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Makes the key a counted lock: at most `n` holders at once, across
+    /// every client, each with its own lease. `0` fails the call with
+    /// [`LockError::Invalid`](crate::LockError::Invalid), and so does a
+    /// call that also sets [`mode`](Self::mode) or [`fair`](Self::fair).
+    pub const fn permits(mut self, n: u32) -> Self {
+        self.permits = Some(n);
+        self
+    }
+
+    /// Makes the key a fair lock: callers that wait take it in the order
+    /// they began to wait, across every client and process (default
+    /// `false`). An exclusive lock; not with [`mode`](Self::mode) or
+    /// [`permits`](Self::permits).
+    pub const fn fair(mut self, fair: bool) -> Self {
+        self.fair = fair;
+        self
+    }
+
+    /// How long a waiter's place in line lives in Redis without a heartbeat
+    /// (default [`LockOptions::DEFAULT_WAITER_LEASE`], 5 s): a fair
+    /// waiter's place, and a waiting writer's claim that holds new readers
+    /// back. A waiter renews it at a third of this while it waits, and
+    /// removes it at once when it gives up or is cancelled; a waiter whose
+    /// process died stops holding up the line within this time. At least
+    /// [`LockOptions::SHORTEST_LEASE`].
+    pub const fn waiter_lease(mut self, waiter_lease: Duration) -> Self {
+        self.waiter_lease = Some(waiter_lease);
+        self
+    }
+
+    /// The mode set with [`mode`](Self::mode) ([`LockMode::Write`] unless
+    /// set).
+    pub const fn lock_mode(&self) -> LockMode {
+        self.mode
+    }
+
+    /// The count set with [`permits`](Self::permits), if any.
+    pub const fn permit_count(&self) -> Option<u32> {
+        self.permits
+    }
+
+    /// Whether the call takes a fair lock.
+    pub const fn is_fair(&self) -> bool {
+        self.fair
+    }
+
+    /// The waiter lease (see [`waiter_lease`](Self::waiter_lease)).
+    pub const fn waiter_lease_or_default(&self) -> Duration {
+        match self.waiter_lease {
+            Some(waiter_lease) => waiter_lease,
+            None => Self::DEFAULT_WAITER_LEASE,
         }
     }
 

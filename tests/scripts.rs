@@ -9,6 +9,7 @@ use support::{parse_lock, RedisServer};
 const KEY: &str = "lock:scripted";
 /// The reading of a stored lock that every script starts with.
 const READ: &str = include_str!("../lock-runtime/src/kind/lua/exclusive/read.lua");
+const HASH: &str = include_str!("../lock-runtime/src/kind/lua/shared/hash.lua");
 const LEASE_MS: u64 = 30_000;
 
 fn script(name: &str) -> Script {
@@ -21,10 +22,12 @@ fn script(name: &str) -> Script {
             include_str!("../lock-runtime/src/kind/lua/exclusive/force_unlock.lua")
         }
         "inspect" => include_str!("../lock-runtime/src/kind/lua/exclusive/inspect.lua"),
+        "shared_acquire" => include_str!("../lock-runtime/src/kind/lua/shared/acquire.lua"),
+        "shared_release" => include_str!("../lock-runtime/src/kind/lua/shared/release.lua"),
         _ => unreachable!(),
     };
-    // As the library builds them: the shared reading of a stored lock first.
-    let source = format!("{READ}{body}");
+    // As the library builds them: the shared readings of a stored lock first.
+    let source = format!("{READ}{HASH}{body}");
     Script::new(&source)
 }
 

@@ -37,8 +37,14 @@ pub(crate) fn push_handler(
             // was not heard, so the head should try.
             waiters.wake_release(channel, 0);
         } else if let Some(released) = redis_backend::released(&info) {
-            // This client's own releases woke its waiters already.
-            if released.client != id.as_bytes() {
+            if let Some(next) = released.client.strip_prefix(b">") {
+                // A fair line's release names its next waiter's owner id
+                // (`><client id>:<n>`): only that waiter's client tries.
+                if next == id.as_bytes() {
+                    waiters.wake_release(released.key, 0);
+                }
+            } else if released.client != id.as_bytes() {
+                // This client's own releases woke its waiters already.
                 waiters.wake_release(released.key, released.token);
             }
         }

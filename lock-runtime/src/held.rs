@@ -10,6 +10,7 @@ use futures_util::task::AtomicWaker;
 use tokio::time::Instant;
 
 use crate::error::{FoundBy, LossReason};
+use crate::kind::Kind;
 use crate::owner_id::{ClientTag, OwnerId};
 use crate::turn::Turn;
 
@@ -178,6 +179,8 @@ pub(crate) struct HeldLock {
     valid_ns: u64,
     /// The fencing token this acquisition got.
     pub token: u64,
+    /// The kind of lock it holds.
+    pub kind: Kind,
     /// How far the lock is trusted: [`Validity`] packed into a word (see
     /// `pack`), so that renewals and checks are lock-free.
     validity: AtomicU64,
@@ -203,6 +206,10 @@ pub(crate) struct Term {
     pub renew: bool,
     /// The call's label (see [`crate::LockOptions::label`]).
     pub label: &'static str,
+    /// The kind of lock.
+    pub kind: Kind,
+    /// How long a place in a line lives without a heartbeat.
+    pub waiter_lease: Duration,
 }
 
 impl HeldLock {
@@ -217,6 +224,8 @@ impl HeldLock {
             drift,
             renew,
             label,
+            kind,
+            waiter_lease: _,
         }: Term,
         token: u64,
         sent: Instant,
@@ -235,6 +244,7 @@ impl HeldLock {
             lease_ns: nanos(lease),
             valid_ns: nanos(valid),
             token,
+            kind,
             validity: AtomicU64::new(pack_until(sent, sent + valid)),
             lost: AtomicWaker::new(),
             next_renew_ms: AtomicU64::new(0),

@@ -136,10 +136,11 @@ impl Ticket {
         })
     }
 
-    /// Leaves the line holding the lock: the next waiter becomes head
-    /// without being woken, and waits for this holder's release.
-    pub(crate) fn acquired(&self) {
-        self.wake_on_leave.store(false, Ordering::Relaxed);
+    /// Leaves the line holding the lock: the next waiter becomes head and,
+    /// when there is `room` for it too (a shared kind's place), tries at
+    /// once; otherwise it waits for this holder's release.
+    pub(crate) fn acquired(&self, room: bool) {
+        self.wake_on_leave.store(room, Ordering::Relaxed);
     }
 }
 

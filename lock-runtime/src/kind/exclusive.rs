@@ -7,10 +7,11 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::{RedisError, Script};
+use redis::{Cmd, RedisError, Script};
 
-use super::sources;
-use super::{Acquire, Release, RenewItem, Renewal};
+use super::{answers, sources};
+use super::{Acquire, Claim, Release, RenewItem, Renewal};
+use crate::options::LockOptions;
 use crate::route::{millis, Lane, Notices, Route, ScriptCall};
 
 /// Takes a lock for one acquisition.
@@ -70,7 +71,7 @@ fn release_script(notices: Notices) -> &'static Script {
 
 /// The release of `owner`'s hold of `key` (of lease `lease`), with
 /// `token` in its notice.
-fn release_call<'a>(
+pub(super) fn release_call<'a>(
     route: &impl Route,
     key: &'a str,
     (owner, token): (&str, u64),
@@ -84,39 +85,46 @@ fn release_call<'a>(
     call
 }
 
-/// Takes `key` for `owner` for `lease` on `route`, over `lane`.
+/// Takes `key` for `owner` for the claim's lease on `route`, over `lane`.
 pub(crate) async fn acquire(
     route: &impl Route,
     lane: &Lane,
     key: &str,
     owner: &str,
-    lease: Duration,
+    claim: Claim,
 ) -> Result<Acquire, RedisError> {
+    let lease = millis(claim.lease);
+    // The waiter lease only when it is not the scripts' default.
+    let call = if claim.waiter_lease == LockOptions::DEFAULT_WAITER_LEASE {
+        ScriptCall::new(&ACQUIRE, key, (owner, lease), owner.len() + 20)
+    } else {
+        let args = (owner, lease, millis(claim.waiter_lease));
+        ScriptCall::new(&ACQUIRE, key, args, owner.len() + 40)
+    };
     if route.sync().is_some() {
         // Boxed, so the default path's future does not grow by its state.
-        return Box::pin(acquire_synced(route, key, owner, lease)).await;
+        let undo = release_call(route, key, (owner, 0), claim.lease).cmd;
+        return Box::pin(acquire_synced(route, call, undo)).await;
     }
-    let call = ScriptCall::new(&ACQUIRE, key, (owner, millis(lease)), owner.len() + 20);
-    acquired(route.run(lane, &call).await?)
+    answers::acquired(route.run(lane, &call).await?)
 }
 
-/// An acquire followed by `WAIT`; a lock taken without enough replicas is
-/// `NotReplicated`. If the caller is gone when a granting answer comes, the
-/// route gives the lock back on the same connection.
+/// An acquire `call` (of any kind) followed by `WAIT`; a lock taken without
+/// enough replicas is `NotReplicated`. If the caller is gone when a granting
+/// answer comes, the route sends `undo` (the release of the same owner) on
+/// the same connection.
 #[cold]
-async fn acquire_synced(
+pub(super) async fn acquire_synced(
     route: &impl Route,
-    key: &str,
-    owner: &str,
-    lease: Duration,
+    call: ScriptCall<'_>,
+    undo: Cmd,
 ) -> Result<Acquire, RedisError> {
     let needed = route.sync().map_or(0, |sync| sync.replicas);
-    let call = ScriptCall::new(&ACQUIRE, key, (owner, millis(lease)), owner.len() + 20);
-    let undo = release_call(route, key, (owner, 0), lease).cmd;
     let (answer, acked) = route.run_synced(call, Some(undo)).await?;
-    match acquired(redis::from_redis_value(answer)?)? {
-        Acquire::Acquired(token) if acked < needed => Ok(Acquire::NotReplicated { token, acked }),
-        answer => Ok(answer),
+    let answer = answers::acquired(answer)?;
+    match answer.token() {
+        Some(token) if acked < needed => Ok(Acquire::NotReplicated { token, acked }),
+        _ => Ok(answer),
     }
 }
 
@@ -226,22 +234,6 @@ async fn renew_batch(
         )));
     }
     Ok(renewed.into_iter().map(|r| renewal(r, synced)).collect())
-}
-
-/// The meaning of acquire.lua's answer: the token (> 0), or -2 - the
-/// holder's TTL (-1: no expiry).
-pub(crate) fn acquired(answer: i64) -> Result<Acquire, RedisError> {
-    Ok(match answer {
-        1.. => Acquire::Acquired(answer.unsigned_abs()),
-        -1 => Acquire::Held(None),
-        ..=-2 => Acquire::Held(Some(Duration::from_millis((-2 - answer).unsigned_abs()))),
-        0 => {
-            return Err(RedisError::from((
-                redis::ErrorKind::Parse,
-                "acquire.lua answered 0, which is not a fencing token",
-            )))
-        }
-    })
 }
 
 /// The meaning of renew.lua's answer for one lock; a renewal the replicas

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Acquire, Release, RenewItem, Renewal};
+use super::{Acquire, Claim, Release, RenewItem, Renewal};
 use crate::clock::Clock;
 
 struct Entry {
@@ -41,7 +41,8 @@ impl MemoryBackend {
 
     /// Takes `key` for the acquisition `owner`; the same acquisition asking
     /// again gets its token back.
-    pub(crate) fn acquire(&self, key: &str, owner: &str, lease: Duration) -> Acquire {
+    pub(crate) fn acquire(&self, key: &str, owner: &str, claim: Claim) -> Acquire {
+        let lease = claim.lease;
         let now = self.clock.now();
         self.with(|locks| match locks.get(key) {
             Some(e) if e.expires > now && &*e.owner != owner => {

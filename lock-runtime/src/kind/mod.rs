@@ -4,21 +4,113 @@
 //! its script calls.
 
 pub(crate) mod admin;
+mod answers;
 pub(crate) mod exclusive;
 pub(crate) mod memory;
 mod ops;
 mod quorum;
+pub(crate) mod shared;
 pub(crate) mod sources;
 
 use std::time::Duration;
+
+pub(crate) use answers::kind_mismatch;
+
+use crate::options::{LockMode, LockOptions};
+
+/// Which kind of lock a call takes (see the kinds guide).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// The plain lock, and `mode = "write"`: one holder.
+    Exclusive,
+    /// `mode = "read"`: any number of readers, no writer.
+    Read,
+    /// `permits = n`: at most n holders.
+    Permits(u32),
+    /// `fair = true`: one holder, waiters served in arrival order.
+    Fair,
+}
+
+impl Kind {
+    /// The kind as the attribute writes it, for errors.
+    pub(crate) fn name(self) -> String {
+        match self {
+            Kind::Exclusive => "a plain or write lock (no mode, or mode = \"write\")".into(),
+            Kind::Read => "a read-write lock as a reader (mode = \"read\")".into(),
+            Kind::Permits(n) => format!("a counted lock (permits = {n})"),
+            Kind::Fair => "a fair lock (fair = true)".into(),
+        }
+    }
+}
+
+impl Kind {
+    /// The kind `options` ask for, or what is wrong with them.
+    pub(crate) fn of(options: &LockOptions) -> Result<Kind, &'static str> {
+        match (
+            options.lock_mode(),
+            options.permit_count(),
+            options.is_fair(),
+        ) {
+            (_, Some(0), _) => Err("permits must be at least 1"),
+            (LockMode::Read, Some(_), _) => Err(
+                "permits and mode = read together: a counted lock has no readers; \
+                 choose one of them",
+            ),
+            (LockMode::Read, None, true) | (_, Some(_), true) => Err(
+                "fair with mode = read or permits: only the exclusive lock has a fair \
+                 kind; drop fair, or the other option",
+            ),
+            (LockMode::Write, Some(n), false) => Ok(Kind::Permits(n)),
+            (LockMode::Read, None, false) => Ok(Kind::Read),
+            (LockMode::Write, None, true) => Ok(Kind::Fair),
+            (LockMode::Write, None, false) => Ok(Kind::Exclusive),
+        }
+    }
+
+    /// Whether a call asking for `asked` re-enters a hold of this kind
+    /// around it: `Ok(true)` it does, `Ok(false)` it asks for another kind
+    /// (a mismatch), `Err` for a write under a read hold (an upgrade, which
+    /// would wait for the body's own hold).
+    pub(crate) fn reenters(self, asked: Kind) -> Result<bool, &'static str> {
+        match (self, asked) {
+            (Kind::Exclusive | Kind::Fair, _) | (Kind::Read, Kind::Read) => Ok(true),
+            (Kind::Permits(held), Kind::Permits(n)) => Ok(held == n),
+            (Kind::Read, Kind::Exclusive) => Err(
+                "a write (or plain) lock inside a read hold of the same key: the upgrade \
+                 would wait for the body's own read hold; take the write lock around the \
+                 read, or end the read first",
+            ),
+            _ => Ok(false),
+        }
+    }
+}
+
+/// What one acquire request asks for: the kind, the lease, and how long a
+/// place in a line lives without a heartbeat.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Claim {
+    pub kind: Kind,
+    pub lease: Duration,
+    pub waiter_lease: Duration,
+}
 
 /// The answer to an acquire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Acquire {
     /// The owner holds the lock now, with this fencing token.
     Acquired(u64),
+    /// A shared kind (reader, permit holder, fair holder) holds it now,
+    /// with this fencing token; `room` when another caller of the kind
+    /// could enter now too (the next waiter here should try).
+    Shared { token: u64, room: bool },
     /// Another owner holds it for about this long more (`None`: no expiry).
     Held(Option<Duration>),
+    /// Not taken, and the owner now keeps a place in a line (a fair
+    /// waiter's ticket, a writer's claim ahead of new readers) for the
+    /// claim's waiter lease: the caller asks again within that time to keep
+    /// it, and withdraws it (a release of the same owner id) when it gives
+    /// up. The duration is as for `Held`.
+    Queued(Option<Duration>),
     /// The owner took the lock, but fewer replicas than the client's
     /// `sync_replicas` asks for acknowledged the write in time: the caller
     /// gives it back in the background and fails.
@@ -28,6 +120,18 @@ pub(crate) enum Acquire {
         /// How many replicas acknowledged it.
         acked: usize,
     },
+}
+
+impl Acquire {
+    /// The fencing token of a granting answer.
+    pub(crate) fn token(self) -> Option<u64> {
+        match self {
+            Acquire::Acquired(token)
+            | Acquire::Shared { token, .. }
+            | Acquire::NotReplicated { token, .. } => Some(token),
+            Acquire::Held(_) | Acquire::Queued(_) => None,
+        }
+    }
 }
 
 /// The answer to a release.

@@ -4,42 +4,50 @@
 
 use std::time::Duration;
 
-use super::exclusive::{acquire, release, renew};
-use super::quorum;
-use super::{Acquire, Release, RenewItem, Renewal};
+use super::exclusive::renew;
+use super::{exclusive, quorum, shared};
+use super::{Acquire, Claim, Kind, Release, RenewItem, Renewal};
 use crate::io::polled_on;
 use crate::route::{Backend, BackendError, Lane, Routed};
 
 impl Backend {
-    /// Takes `key` for `owner` (one acquisition) for `lease`.
+    /// Takes `key` for `owner` (one acquisition) as `claim` asks.
     pub(crate) async fn acquire(
         &self,
         lane: &Lane,
         key: &str,
         owner: &str,
-        lease: Duration,
+        claim: Claim,
     ) -> Result<Acquire, BackendError> {
         match self.routed() {
-            Routed::Scripts(route) => Ok(acquire(&route, lane, key, owner, lease).await?),
-            Routed::Quorum(b) => polled_on(b.home(), quorum::acquire(b, key, owner, lease)).await,
-            Routed::Memory(b) => Ok(b.acquire(key, owner, lease)),
+            Routed::Scripts(route) => Ok(match claim.kind {
+                Kind::Exclusive => exclusive::acquire(&route, lane, key, owner, claim).await?,
+                _ => shared::acquire(&route, lane, key, owner, claim).await?,
+            }),
+            Routed::Quorum(b) => polled_on(b.home(), quorum::acquire(b, key, owner, claim)).await,
+            Routed::Memory(b) => Ok(b.acquire(key, owner, claim)),
         }
     }
 
-    /// Frees the lock if `owner` (one acquisition, of lease `lease`) holds
-    /// it; `token` goes out with the release notice, so that a waiter told
-    /// by several nodes wakes once.
+    /// Frees the lock if `owner` (one acquisition of `kind`, of lease
+    /// `lease`) holds it, or withdraws its place in a line; `token` goes out
+    /// with the release notice, so that a waiter told by several nodes
+    /// wakes once.
     pub(crate) async fn release(
         &self,
         lane: &Lane,
         key: &str,
         (owner, token): (&str, u64),
-        lease: Duration,
+        (kind, lease): (Kind, Duration),
     ) -> Result<Release, BackendError> {
+        let hold = (owner, token);
         match self.routed() {
-            Routed::Scripts(route) => Ok(release(&route, lane, key, (owner, token), lease).await?),
+            Routed::Scripts(route) => Ok(match kind {
+                Kind::Exclusive => exclusive::release(&route, lane, key, hold, lease).await?,
+                _ => shared::release(&route, lane, key, hold, lease).await?,
+            }),
             Routed::Quorum(b) => {
-                polled_on(b.home(), quorum::release(b, key, (owner, token), lease)).await
+                polled_on(b.home(), quorum::release(b, key, hold, (kind, lease))).await
             }
             Routed::Memory(b) => Ok(b.release(key, owner)),
         }

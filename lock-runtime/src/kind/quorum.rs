@@ -17,28 +17,38 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::exclusive;
-use super::{Acquire, Release, RenewItem, Renewal};
+use super::{exclusive, shared};
+use super::{Acquire, Claim, Kind, Release, RenewItem, Renewal};
 use crate::route::redlock::{Answers, RedlockBackend};
 use crate::route::{BackendError, Lane};
 
+/// Takes `key` for `owner` on a majority of nodes, as `claim` asks: the
+/// exclusive lock, or a reader (a reader and a writer each need a
+/// majority, and any two majorities meet, so they never hold together).
+/// Permits and fair locks are refused before they come here.
 pub(crate) async fn acquire(
     b: &RedlockBackend,
     key: &str,
     owner: &str,
-    lease: Duration,
+    claim: Claim,
 ) -> Result<Acquire, BackendError> {
     let sent = Instant::now();
+    let lease = claim.lease;
     let answers = b
-        .on_all(|node| exclusive::acquire(node, &Lane::Home, key, owner, lease))
+        .on_all(|node| async move {
+            match claim.kind {
+                Kind::Exclusive => exclusive::acquire(node, &Lane::Home, key, owner, claim).await,
+                _ => shared::acquire(node, &Lane::Home, key, owner, claim).await,
+            }
+        })
         .await;
     let drift = b.drift(lease);
     let mut tokens = Vec::new();
     let mut ttls = Vec::new();
     for answer in &answers {
         match answer {
-            Ok(Acquire::Acquired(token)) => tokens.push(*token),
-            Ok(Acquire::Held(ttl)) => ttls.push(*ttl),
+            Ok(Acquire::Acquired(token) | Acquire::Shared { token, .. }) => tokens.push(*token),
+            Ok(Acquire::Held(ttl) | Acquire::Queued(ttl)) => ttls.push(*ttl),
             // Redlock nodes are independent masters: never asked to wait
             // for replicas.
             Ok(Acquire::NotReplicated { .. }) | Err(_) => {}
@@ -48,7 +58,10 @@ pub(crate) async fn acquire(
         let token = tokens.iter().copied().max().unwrap_or_default();
         let kept = write_back(b, &answers, key, owner, token).await;
         if kept >= b.quorum() && sent.elapsed() + drift < lease {
-            return Ok(Acquire::Acquired(token));
+            return Ok(match claim.kind {
+                Kind::Exclusive => Acquire::Acquired(token),
+                _ => Acquire::Shared { token, room: true },
+            });
         }
     }
     let answered = tokens.len() + ttls.len();
@@ -60,9 +73,7 @@ pub(crate) async fn acquire(
     if !tokens.is_empty() || answers.iter().any(Result::is_err) {
         // Not taken: give back what was taken, on every node, also where
         // the acquire failed (it may still land there).
-        let _ = b
-            .on_all(|node| exclusive::release(node, &Lane::Home, key, (owner, 0), lease))
-            .await;
+        let _ = release_on_all(b, key, (owner, 0), (claim.kind, lease)).await;
     }
     if tokens.is_empty() && ttls.len() >= b.quorum() {
         // Another owner holds a majority: wait for the earliest expiry,
@@ -84,8 +95,8 @@ async fn write_back(
     owner: &str,
     token: u64,
 ) -> usize {
-    let granted = |i: usize| matches!(answers[i], Ok(Acquire::Acquired(_)));
-    let behind = |i: usize| matches!(answers[i], Ok(Acquire::Acquired(t)) if t < token);
+    let granted = |i: usize| matches!(answers[i], Ok(a) if a.token().is_some());
+    let behind = |i: usize| matches!(answers[i], Ok(a) if a.token().is_some_and(|t| t < token));
     let keeping = (0..b.nodes().len())
         .filter(|&i| granted(i) && !behind(i))
         .count();
@@ -109,12 +120,10 @@ async fn write_back(
 pub(crate) async fn release(
     b: &RedlockBackend,
     key: &str,
-    (owner, token): (&str, u64),
-    lease: Duration,
+    hold: (&str, u64),
+    kind_lease: (Kind, Duration),
 ) -> Result<Release, BackendError> {
-    let answers = b
-        .on_all(|node| exclusive::release(node, &Lane::Home, key, (owner, token), lease))
-        .await;
+    let answers = release_on_all(b, key, hold, kind_lease).await;
     let freed = answers
         .iter()
         .filter(|a| matches!(a, Ok(Release::Freed)))
@@ -131,6 +140,22 @@ pub(crate) async fn release(
     }
     // The failed nodes may have held it: we cannot tell.
     Err(b.no_quorum(freed + not_held, answers))
+}
+
+/// The release of `hold` (of `kind`) on every node.
+async fn release_on_all(
+    b: &RedlockBackend,
+    key: &str,
+    hold: (&str, u64),
+    (kind, lease): (Kind, Duration),
+) -> Answers<Release> {
+    b.on_all(|node| async move {
+        match kind {
+            Kind::Exclusive => exclusive::release(node, &Lane::Home, key, hold, lease).await,
+            _ => shared::release(node, &Lane::Home, key, hold, lease).await,
+        }
+    })
+    .await
 }
 
 /// A lock is renewed when a majority reset its lease, gone when a

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 use crate::client::LockClient;
 use crate::error::{HeldBy, LockError};
 use crate::held::{Frame, HeldLock, Term};
-use crate::kind::Acquire;
+use crate::kind::{kind_mismatch, Acquire, Claim, Kind};
 use crate::locking::release::release_later;
 use crate::owner_id::OwnerId;
 use crate::route::{BackendError, Lane};
@@ -94,30 +94,43 @@ async fn take(
     let won = |key: String, answer: Acquire, sent: Instant| {
         let chain = (inner.tag.clone(), parent);
         let prefix = inner.prefix.len();
-        let (token, acked) = match answer {
-            Acquire::Acquired(token) => (token, None),
-            Acquire::NotReplicated { token, acked } => (token, Some(acked)),
-            Acquire::Held(_) => unreachable!("a refusal grants nothing"),
+        let acked = match answer {
+            Acquire::NotReplicated { acked, .. } => Some(acked),
+            _ => None,
         };
+        let token = answer.token().expect("a refusal grants nothing");
         (
             HeldLock::new(id, chain, (key, prefix), term, token, sent),
             acked,
         )
     };
-    let lease = term.lease;
+    let claim = Claim {
+        kind: term.kind,
+        lease: term.lease,
+        waiter_lease: term.waiter_lease,
+    };
 
     // Try at once, unless others here already wait for this key: then queue
-    // behind them. A zero wait always tries once.
-    if wait.is_zero() || !inner.waiters.is_waited(&key) {
+    // behind them. A zero wait always tries once. A fair caller always
+    // tries at once: its request takes its place in the line across
+    // clients, which is the order it is served in.
+    let mut queued = false;
+    if wait.is_zero() || !inner.waiters.is_waited(&key) || claim.kind == Kind::Fair {
         *attempts += 1;
-        match attempt(client, &lane, &key, &owner_id, lease).await {
-            Ok(Acquire::Held(ttl)) if wait.is_zero() => {
+        match attempt(client, &lane, &key, &owner_id, claim).await {
+            Ok(Acquire::Held(ttl) | Acquire::Queued(ttl)) if wait.is_zero() => {
                 telemetry::waiting(ttl, *attempts);
+                // A place taken in a line is given up at once.
+                drop(Place::new(client, &lane, &key, &owner_id, claim));
                 return Err(timed_out(client, key, start.elapsed()));
             }
             Ok(Acquire::Held(ttl)) => telemetry::waiting(ttl, *attempts),
+            Ok(Acquire::Queued(ttl)) => {
+                telemetry::waiting(ttl, *attempts);
+                queued = true;
+            }
             Ok(answer) => return settle(client, &lane, won(key, answer, start)).await,
-            Err(source) => return Err(source.on_key(&key, &inner.tag.place)),
+            Err(source) => return Err(failed(client, source, &key, claim.kind)),
         }
     }
 
@@ -128,10 +141,10 @@ async fn take(
         lane: &lane,
         key: &key,
         owner: &owner_id,
-        lease,
+        claim,
         attempts,
     };
-    let (answer, sent) = Box::pin(line.wait(start, start + wait)).await?;
+    let (answer, sent) = Box::pin(line.wait(start, start + wait, queued)).await?;
     settle(client, &lane, won(key, answer, sent)).await
 }
 
@@ -148,15 +161,62 @@ async fn settle(
     }
 }
 
+/// The caller's error for a failed acquire request on `key`.
+fn failed(client: &LockClient, source: BackendError, key: &str, kind: Kind) -> LockError {
+    kind_mismatch(&source, key, kind).unwrap_or_else(|| source.on_key(key, &client.inner.tag.place))
+}
+
 /// A contended acquire.
 struct Line<'a> {
     client: &'a LockClient,
     lane: &'a Lane,
     key: &'a str,
     owner: &'a OwnerId,
-    lease: Duration,
+    claim: Claim,
     /// Acquire requests sent so far by the call.
     attempts: &'a mut u32,
+}
+
+/// A place the call keeps in a line in the backend (a fair waiter's ticket,
+/// a writer's claim ahead of new readers), while `armed`: dropped armed
+/// (the call gave up, failed or was cancelled), it is withdrawn at once,
+/// in the background.
+struct Place<'a> {
+    client: &'a LockClient,
+    lane: &'a Lane,
+    key: &'a str,
+    owner: &'a OwnerId,
+    claim: Claim,
+    armed: bool,
+}
+
+impl<'a> Place<'a> {
+    /// A place just taken.
+    fn new(
+        client: &'a LockClient,
+        lane: &'a Lane,
+        key: &'a str,
+        owner: &'a OwnerId,
+        claim: Claim,
+    ) -> Self {
+        Place {
+            client,
+            lane,
+            key,
+            owner,
+            claim,
+            armed: true,
+        }
+    }
+}
+
+impl Drop for Place<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let (kind, lease) = (self.claim.kind, self.claim.lease);
+            give_back_later(self.client, self.lane, self.key, self.owner, (kind, lease));
+        }
+    }
 }
 
 impl Line<'_> {
@@ -170,9 +230,15 @@ impl Line<'_> {
         self,
         start: Instant,
         deadline: Instant,
+        queued: bool,
     ) -> Result<(Acquire, Instant), LockError> {
         let inner = &self.client.inner;
         let ticket = inner.waiters.join(self.key);
+        let mut place = Place::new(self.client, self.lane, self.key, self.owner, self.claim);
+        place.armed = queued;
+        // A place is kept alive by asking again at a third of its lease.
+        let heartbeat = self.claim.waiter_lease / 3;
+        let mut beat_at = Instant::now() + heartbeat;
         // When the head tries again without news: the holder's expiry.
         let mut retry_at = deadline;
         loop {
@@ -186,12 +252,16 @@ impl Line<'_> {
                 });
             }
             let head = ticket.is_head();
-            if head {
+            if head || (place.armed && Instant::now() >= beat_at) {
                 let sent = Instant::now();
                 *self.attempts += 1;
-                let answer = attempt(self.client, self.lane, self.key, self.owner, self.lease);
+                let answer = attempt(self.client, self.lane, self.key, self.owner, self.claim);
                 match answer.await {
-                    Ok(Acquire::Held(ttl)) => {
+                    Ok(refused @ (Acquire::Held(ttl) | Acquire::Queued(ttl))) => {
+                        // Only a refusal that kept a place needs a
+                        // heartbeat; `Held` means there is none (any more).
+                        place.armed = matches!(refused, Acquire::Queued(_));
+                        beat_at = Instant::now() + heartbeat;
                         telemetry::waiting(ttl, *self.attempts);
                         let ttl = ttl.unwrap_or(NO_TTL_RETRY).max(Duration::from_millis(1));
                         // A TTL set by hand may be beyond any deadline.
@@ -200,11 +270,12 @@ impl Line<'_> {
                             .map_or(deadline, |at| at.min(deadline));
                     }
                     Ok(answer) => {
-                        ticket.acquired();
+                        place.armed = false;
+                        ticket.acquired(matches!(answer, Acquire::Shared { room: true, .. }));
                         return Ok((answer, sent));
                     }
                     Err(source) => {
-                        return Err(source.on_key(self.key, &self.client.inner.tag.place))
+                        return Err(failed(self.client, source, self.key, self.claim.kind));
                     }
                 }
             }
@@ -212,9 +283,13 @@ impl Line<'_> {
             if now >= deadline {
                 return Err(timed_out(self.client, self.key.to_owned(), now - start));
             }
+            let mut wake_at = if head { retry_at } else { deadline };
+            if place.armed {
+                wake_at = wake_at.min(beat_at);
+            }
             // On the client's runtime's timer: the caller's runtime may have
             // none.
-            let sleep = inner.io.sleep_until(if head { retry_at } else { deadline });
+            let sleep = inner.io.sleep_until(wake_at);
             tokio::select! {
                 () = &mut notified => {}
                 () = sleep => {}
@@ -265,6 +340,36 @@ async fn not_replicated(
     }
 }
 
+/// Releases `owner`'s acquisition of `key` in the background, first on
+/// `lane`: it follows a request that may have taken the lock or a place in
+/// a line (the release withdraws a place too).
+fn give_back_later(
+    client: &LockClient,
+    lane: &Lane,
+    key: &str,
+    owner: &OwnerId,
+    (kind, lease): (Kind, Duration),
+) {
+    let owned = client.clone();
+    let (lane, key, owner) = (lane.clone(), key.to_owned(), *owner);
+    client.inner.io.spawn(async move {
+        let backend = &owned.inner.backend;
+        let released = backend
+            .release(&lane, &key, (&owner, 0), (kind, lease))
+            .await;
+        if released.is_err() {
+            // The caller's runtime, which drives a local connection, has
+            // ended or does not run, or the connection broke: by now the
+            // acquire has landed or never will, so the client's connection
+            // can follow it.
+            let hold = (&*owner, 0);
+            let _ = backend
+                .release(&Lane::Home, &key, hold, (kind, lease))
+                .await;
+        }
+    });
+}
+
 /// One acquire request. If the call is dropped while the request is in
 /// flight, or the request fails with its outcome unknown (a timeout, a
 /// dropped connection), it may still take the lock in the backend: a release
@@ -275,35 +380,22 @@ async fn attempt(
     lane: &Lane,
     key: &str,
     owner: &OwnerId,
-    lease: Duration,
+    claim: Claim,
 ) -> Result<Acquire, BackendError> {
     struct InFlight<'a> {
         client: &'a LockClient,
         lane: &'a Lane,
         key: &'a str,
         owner: &'a OwnerId,
-        lease: Duration,
+        claim: Claim,
         done: bool,
     }
     impl Drop for InFlight<'_> {
         fn drop(&mut self) {
-            if self.done {
-                return;
+            if !self.done {
+                let kind_lease = (self.claim.kind, self.claim.lease);
+                give_back_later(self.client, self.lane, self.key, self.owner, kind_lease);
             }
-            let client = self.client.clone();
-            let (lane, key, owner) = (self.lane.clone(), self.key.to_owned(), *self.owner);
-            let lease = self.lease;
-            self.client.inner.io.spawn(async move {
-                let backend = &client.inner.backend;
-                let released = backend.release(&lane, &key, (&owner, 0), lease).await;
-                if released.is_err() {
-                    // The caller's runtime, which drives a local connection,
-                    // has ended or does not run, or the connection broke: by
-                    // now the acquire has landed or never will, so the
-                    // client's connection can follow it.
-                    let _ = backend.release(&Lane::Home, &key, (&owner, 0), lease).await;
-                }
-            });
         }
     }
     let mut in_flight = InFlight {
@@ -311,10 +403,10 @@ async fn attempt(
         lane,
         key,
         owner,
-        lease,
+        claim,
         done: false,
     };
-    let outcome = client.inner.backend.acquire(lane, key, owner, lease).await;
+    let outcome = client.inner.backend.acquire(lane, key, owner, claim).await;
     in_flight.done = !matches!(&outcome, Err(error) if error.outcome_unknown());
     outcome
 }

@@ -18,6 +18,7 @@ use tracing::Span;
 use crate::client::{ClientRef, LockClient};
 use crate::error::{FoundBy, HeldBy, LockError, LossReason};
 use crate::held::{Frame, HeldLock, Loss, Term};
+use crate::kind::Kind;
 use crate::options::LockOptions;
 use crate::ownership;
 use crate::route::Lane;
@@ -343,9 +344,24 @@ fn start<'a, T, E>(
 ) -> Result<Phase<'a, T, E>, LockError> {
     let inner = &client.inner;
     let parent = ownership::innermost();
+    let kind = match Kind::of(&options) {
+        Ok(kind) => kind,
+        Err(message) => return Err(LockError::Invalid { key, message }),
+    };
     if let Some(turn_of) = ownership::held(&inner.tag, &key) {
-        let outer = parent.expect("a held lock is in a chain");
-        return reenter(client, key, &options, turn_of, outer);
+        let held = turn_of.held().kind;
+        return match held.reenters(kind) {
+            Ok(true) => {
+                let outer = parent.expect("a held lock is in a chain");
+                reenter(client, key, &options, turn_of, outer)
+            }
+            Ok(false) => Err(LockError::KindMismatch {
+                key,
+                asked: kind.name(),
+                found: format!("{}, held around this call", held.name()),
+            }),
+            Err(message) => Err(LockError::Invalid { key, message }),
+        };
     }
     if inner.tag.life.is_closed() {
         return Err(LockError::ShutDown { key });
@@ -372,12 +388,29 @@ fn start<'a, T, E>(
                 "the lease must be at least 10 ms (shorter ones end within the clock-drift margin)",
         });
     }
+    let waiter_lease = options.waiter_lease_or_default().min(LockOptions::LONGEST);
+    if waiter_lease < LockOptions::SHORTEST_LEASE {
+        return Err(LockError::Invalid {
+            key,
+            message: "the waiter lease must be at least 10 ms",
+        });
+    }
+    if inner.backend.is_redlock() && matches!(kind, Kind::Permits(_) | Kind::Fair) {
+        return Err(LockError::Invalid {
+            key,
+            message: "permits and fair locks are not safe on Redlock (counts and lines kept \
+                      per node do not add up to one across a quorum); use one node, Sentinel \
+                      or Cluster for them, or a read-write lock",
+        });
+    }
     let wait = options.wait_or(inner.wait).min(LockOptions::LONGEST);
     let term = Term {
         lease,
         drift: lease.mul_f64(inner.drift_factor) + Duration::from_millis(2),
         renew: options.renews(),
         label: options.label_name().unwrap_or(UNLABELLED),
+        kind,
+        waiter_lease,
     };
     // Chosen here, in the caller's task: a connection of the caller's
     // runtime if it has one.

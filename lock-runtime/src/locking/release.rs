@@ -6,7 +6,7 @@ use tracing::{Instrument, Span};
 
 use crate::client::LockClient;
 use crate::held::HeldLock;
-use crate::kind::Release;
+use crate::kind::{Kind, Release};
 use crate::route::Lane;
 use crate::telemetry;
 
@@ -33,7 +33,12 @@ pub(crate) async fn release(client: &LockClient, held: &HeldLock, lane: &Lane) -
     let owner = held.owner_id();
     let backend = &inner.backend;
     let mut answer = backend
-        .release(lane, &held.key, (&owner, held.token), held.lease())
+        .release(
+            lane,
+            &held.key,
+            (&owner, held.token),
+            (held.kind, held.lease()),
+        )
         .await;
     if matches!(&answer, Err(error) if error.is_foreign()) {
         // Another program's value at the lock's name: the lock is not there.
@@ -42,8 +47,9 @@ pub(crate) async fn release(client: &LockClient, held: &HeldLock, lane: &Lane) -
     // The checker's proof brings back the old rule: one try, and a failure
     // counts as a success.
     if answer.is_err() && !cfg!(feature = "defect-ok-after-unknown-release") {
+        let hold = (&*owner, held.token);
         answer = backend
-            .release(&Lane::Home, &held.key, (&owner, held.token), held.lease())
+            .release(&Lane::Home, &held.key, hold, (held.kind, held.lease()))
             .await;
     }
     let released = match answer {
@@ -66,7 +72,11 @@ pub(crate) async fn release(client: &LockClient, held: &HeldLock, lane: &Lane) -
     } else {
         0
     };
-    inner.waiters.wake_release(held.key.as_bytes(), token);
+    // A fair line's release names its next waiter, and only that waiter's
+    // client tries (see the client's push handler).
+    if held.kind != Kind::Fair {
+        inner.waiters.wake_release(held.key.as_bytes(), token);
+    }
     released
 }
 

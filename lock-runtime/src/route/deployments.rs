@@ -52,6 +52,11 @@ impl Backend {
         }
     }
 
+    /// Whether the client runs on a Redlock quorum.
+    pub(crate) fn is_redlock(&self) -> bool {
+        matches!(self, Backend::Redlock(_))
+    }
+
     /// The connection for one call made from the current task.
     pub(crate) fn lane(&self) -> Lane {
         match self {

@@ -124,8 +124,9 @@ impl Replicated {
     /// its own, in a task on the client's runtime (`home`): the script's
     /// answer and the replicas that acknowledged. The caller waits at most
     /// [`bound`](Self::bound), taking the connection included. If the
-    /// caller is gone when a granting answer (a positive integer) comes,
-    /// `undo` is sent after it on the same connection.
+    /// caller is gone when a granting answer (a positive integer, or an
+    /// array: a shared kind's grant or a place in a line) comes, `undo` is
+    /// sent after it on the same connection.
     pub(crate) async fn run(
         self: &Arc<Self>,
         home: &Handle,
@@ -145,7 +146,9 @@ impl Replicated {
             };
             let answer = this.with_wait::<Value>(script, &cmd, &mut con).await;
             let reusable = answer.is_ok();
-            if let (Err(Ok((Value::Int(1..), _))), Some(undo)) = (answer_tx.send(answer), undo) {
+            if let (Err(Ok((Value::Int(1..) | Value::Array(_), _))), Some(undo)) =
+                (answer_tx.send(answer), undo)
+            {
                 let _ = undo.query_async::<Value>(&mut con).await;
             }
             if reusable {

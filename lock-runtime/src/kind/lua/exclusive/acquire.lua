@@ -6,6 +6,8 @@
 --          integer from which Lua numbers carry every smaller one exactly
 -- ARGV[1]  the acquisition's owner id
 -- ARGV[2]  the lease in milliseconds
+-- ARGV[3]  optional: the waiter lease in milliseconds (5000 if absent), for
+--          a writer that waits behind readers (see ../shared/hash.lua)
 -- Returns one integer (a table would cost the server more):
 -- the fencing token (> 0) when ARGV[1] holds the lock: a new token, or the
 -- same one when this acquisition already holds it (a retried request, or
@@ -15,6 +17,9 @@
 -- hold at least that long;
 -- -2 - ttl when another owner holds it, where ttl is the holder's remaining
 -- lease in milliseconds (so -1 when the key has no expiry).
+-- On a shared kind's hash: takes it when nothing lives there; behind
+-- readers, {-2 - ttl} (the writer now keeps a claim that new readers wait
+-- behind, for the waiter lease); LOCKKIND on another kind.
 -- Errors with LOCKLAYOUT when the key holds anything else (another state, a
 -- larger fence: every script reads a value by the same rule), and when no
 -- token after the kept one fits in that bound.
@@ -25,7 +30,10 @@
 -- clock does not step back.
 -- Reads the stored lock with read_lock (read.lua, prepended).
 local key, owner = KEYS[1], ARGV[1]
-local kept, state, holder, bad = read_lock(key)
+local kept, state, holder, bad, hash = read_lock(key)
+if hash then
+  return writer_meets_hash(key, owner, ARGV[2], ARGV[3])
+end
 if bad then
   return bad
 end

@@ -13,7 +13,10 @@ local key, owner, raised = KEYS[1], ARGV[1], ARGV[2]
 if not string.match(raised, '^%d+$') or tonumber(raised) > MAX_FENCE then
   return redis.error_reply('ERR fence.lua: the token ' .. raised .. ' is not a decimal of at most 2^53 - 1')
 end
-local fence, state, holder, bad = read_lock(key)
+local fence, state, holder, bad, hash = read_lock(key)
+if hash then
+  return hash_fence(key, owner, raised)
+end
 if bad then
   return bad
 end

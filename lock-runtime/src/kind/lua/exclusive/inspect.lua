@@ -7,7 +7,10 @@
 -- a fence above 2^53 - 1: see acquire.lua).
 -- Reads the stored lock with read_lock (read.lua, prepended).
 local key = KEYS[1]
-local fence, state, owner, bad = read_lock(key)
+local fence, state, owner, bad, hash = read_lock(key)
+if hash then
+  return hash_inspect(key)
+end
 if bad then
   return bad
 end

@@ -1,8 +1,11 @@
 -- Reading a stored lock, by the one rule every script of layout 1 follows
 -- (see docs/redis-layout.md). Prepended to each script when it is built.
 --
--- read_lock(key) returns fence, state, holder, bad:
+-- read_lock(key) returns fence, state, holder, bad, hash:
 -- - nil for all when the key is absent;
+-- - hash true (the others nil) when it holds a hash: a shared kind's lock
+--   (readers, permits, fair; see ../shared/hash.lua), which that file's
+--   functions read;
 -- - the value's parts when it holds a lock of layout 1: a fence of at most
 --   2^53 - 1 = 9007199254740991 (the largest integer from which Lua numbers
 --   carry every smaller one exactly), a state `h` held, `w` held and waited
@@ -14,6 +17,9 @@ local function read_lock(key)
   local value = redis.pcall('get', key)
   if not value then
     return nil, nil, nil, nil
+  end
+  if type(value) == 'table' and value.err and redis.call('type', key).ok == 'hash' then
+    return nil, nil, nil, nil, true
   end
   local fence, state, holder
   if type(value) == 'string' then

@@ -8,13 +8,19 @@
 -- When freed, publishes `ARGV[2]:ARGV[3]` on the channel named KEYS[1] if a
 -- caller found the lock held (uncontended releases publish nothing); a
 -- publish refused (NOPERM: no rights on the channel) is ignored.
+-- On a shared kind's hash: frees the owner's hold, or withdraws its place
+-- in a line (a waiting writer's claim, a fair waiter's ticket: answered -1);
+-- see ../shared/hash.lua.
 -- Returns 1 when the lock was freed,
 -- -1 when ARGV[1] did not hold it (it expired or was taken): nothing changed.
 -- Errors with LOCKLAYOUT when the key holds anything else (another state,
 -- a fence above 2^53 - 1: see acquire.lua).
 -- Reads the stored lock with read_lock (read.lua, prepended).
 local key = KEYS[1]
-local fence, state, holder, bad = read_lock(key)
+local fence, state, holder, bad, hash = read_lock(key)
+if hash then
+  return hash_release(key, redis.call('hgetall', key), ARGV[1], ARGV[2], ARGV[3])
+end
 if bad then
   return bad
 end

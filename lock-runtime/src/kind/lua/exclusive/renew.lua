@@ -7,12 +7,15 @@
 -- something else: a wrong type, or a string that acquire.lua refuses with
 -- LOCKLAYOUT (another state, a fence above 2^53 - 1). The owner holds no
 -- lock of layout 1 there, and only that lock is reported, not the batch.
+-- A shared kind's holder (a hash) has its own expiry reset (../shared/hash.lua).
 -- Reads the stored lock with read_lock (read.lua, prepended).
 local renewed = {}
 for i, key in ipairs(KEYS) do
   renewed[i] = 0
-  local fence, state, holder, bad = read_lock(key)
-  if fence and not bad and state ~= 'f' and holder == ARGV[2 * i - 1] then
+  local fence, state, holder, bad, hash = read_lock(key)
+  if hash then
+    renewed[i] = hash_renew(key, ARGV[2 * i - 1], ARGV[2 * i])
+  elseif fence and not bad and state ~= 'f' and holder == ARGV[2 * i - 1] then
     redis.call('pexpire', key, ARGV[2 * i])
     renewed[i] = 1
   end

@@ -1,0 +1,75 @@
+//! How the acquire scripts' answers read, for every kind, and the error of
+//! a call that met another kind's lock.
+
+use std::time::Duration;
+
+use redis::{RedisError, Value};
+
+use super::{Acquire, Kind};
+use crate::error::LockError;
+use crate::route::BackendError;
+
+/// The meaning of an acquire script's answer:
+/// - an integer: the exclusive lock's token (> 0), or -2 - the holder's
+///   TTL (-1: no expiry);
+/// - `{token, room}`: a shared kind's grant;
+/// - `{-2 - ttl}`: not taken, and a place in a line kept.
+pub(crate) fn acquired(answer: Value) -> Result<Acquire, RedisError> {
+    match answer {
+        Value::Int(n) => exclusive(n),
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(token @ 1..), Value::Int(room)] => Ok(Acquire::Shared {
+                token: token.unsigned_abs(),
+                room: *room == 1,
+            }),
+            [Value::Int(n @ ..=-1)] => Ok(Acquire::Queued(ttl(*n))),
+            _ => Err(unexpected(format!("{items:?}"))),
+        },
+        other => Err(unexpected(format!("{other:?}"))),
+    }
+}
+
+/// The exclusive lock's integer answer.
+pub(crate) fn exclusive(answer: i64) -> Result<Acquire, RedisError> {
+    match answer {
+        1.. => Ok(Acquire::Acquired(answer.unsigned_abs())),
+        ..=-1 => Ok(Acquire::Held(ttl(answer))),
+        0 => Err(unexpected("0, which is not a fencing token".into())),
+    }
+}
+
+/// The TTL in a refusal, -2 - ttl (-1: no expiry).
+fn ttl(answer: i64) -> Option<Duration> {
+    (answer <= -2).then(|| Duration::from_millis((-2 - answer).unsigned_abs()))
+}
+
+fn unexpected(found: String) -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::Parse,
+        "an acquire script answered something that is no acquire answer",
+        found,
+    ))
+}
+
+/// The caller's error when `error` says that `key` is live as another kind
+/// than `asked` (`LOCKKIND`, on the node or on any Redlock node).
+pub(crate) fn kind_mismatch(error: &BackendError, key: &str, asked: Kind) -> Option<LockError> {
+    let found = |e: &RedisError| -> Option<String> {
+        if e.code() != Some("LOCKKIND") {
+            return None;
+        }
+        let detail = e.detail().unwrap_or_default();
+        let rest = detail.strip_prefix(key).unwrap_or(detail);
+        let rest = rest.strip_prefix(" is ").unwrap_or(rest);
+        Some(rest.split("; asked for").next().unwrap_or(rest).to_owned())
+    };
+    let found = match error {
+        BackendError::Redis(e) => found(e),
+        BackendError::NoQuorum { failures, .. } => failures.iter().find_map(|f| found(&f.error)),
+    }?;
+    Some(LockError::KindMismatch {
+        key: key.to_owned(),
+        asked: asked.name(),
+        found,
+    })
+}

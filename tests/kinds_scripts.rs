@@ -1,0 +1,266 @@
+//! The shared kinds' scripts (a hash at the lock's key, see
+//! docs/redis-layout.md "Lock kinds"), called directly on a real
+//! redis-server, and how the exclusive scripts meet them.
+mod support;
+
+use redis::{Connection, Script, Value};
+use support::RedisServer;
+
+const KEY: &str = "lock:kinds";
+const READ: &str = include_str!("../lock-runtime/src/kind/lua/exclusive/read.lua");
+const HASH: &str = include_str!("../lock-runtime/src/kind/lua/shared/hash.lua");
+const LONG: u64 = 30_000;
+const WAITER: u64 = 5_000;
+
+fn script(name: &str) -> Script {
+    let body = match name {
+        "acquire" => include_str!("../lock-runtime/src/kind/lua/exclusive/acquire.lua"),
+        "release" => include_str!("../lock-runtime/src/kind/lua/exclusive/release.lua"),
+        "renew" => include_str!("../lock-runtime/src/kind/lua/exclusive/renew.lua"),
+        "inspect" => include_str!("../lock-runtime/src/kind/lua/exclusive/inspect.lua"),
+        "shared_acquire" => include_str!("../lock-runtime/src/kind/lua/shared/acquire.lua"),
+        "shared_release" => include_str!("../lock-runtime/src/kind/lua/shared/release.lua"),
+        _ => unreachable!(),
+    };
+    Script::new(&format!("{READ}{HASH}{body}"))
+}
+
+/// An acquire's answer, as the runtime reads it.
+#[derive(Debug, PartialEq)]
+enum Answer {
+    /// Exclusive grant.
+    Token(i64),
+    /// A shared kind's grant: token and room.
+    Shared(i64, bool),
+    /// Refused: the ttl in ms.
+    Held(i64),
+    /// Refused, a place kept: the ttl in ms.
+    Queued(i64),
+}
+
+fn answer(value: Value) -> Answer {
+    match value {
+        Value::Int(n) if n > 0 => Answer::Token(n),
+        Value::Int(n) => Answer::Held(-2 - n),
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(t), Value::Int(room)] => Answer::Shared(*t, *room == 1),
+            [Value::Int(n)] => Answer::Queued(-2 - n),
+            other => panic!("unexpected answer {other:?}"),
+        },
+        other => panic!("unexpected answer {other:?}"),
+    }
+}
+
+/// A shared kind's acquire: `kind` is `r`, `p` (with `count`) or `q`.
+fn take(con: &mut Connection, owner: &str, kind: &str, count: u32, lease: u64) -> Answer {
+    let value = script("shared_acquire")
+        .key(KEY)
+        .arg(owner)
+        .arg(lease)
+        .arg(kind)
+        .arg(WAITER)
+        .arg(count)
+        .invoke(con)
+        .expect("shared acquire.lua");
+    answer(value)
+}
+
+fn try_take(con: &mut Connection, owner: &str, kind: &str, count: u32) -> redis::RedisResult<Value> {
+    script("shared_acquire")
+        .key(KEY)
+        .arg(owner)
+        .arg(LONG)
+        .arg(kind)
+        .arg(WAITER)
+        .arg(count)
+        .invoke(con)
+}
+
+fn write(con: &mut Connection, owner: &str) -> Answer {
+    let value = script("acquire")
+        .key(KEY)
+        .arg(owner)
+        .arg(LONG)
+        .invoke(con)
+        .expect("acquire.lua");
+    answer(value)
+}
+
+fn give_back(con: &mut Connection, name: &str, owner: &str) -> i64 {
+    script(name)
+        .key(KEY)
+        .arg(owner)
+        .arg("client-a")
+        .arg(7)
+        .invoke(con)
+        .expect("release")
+}
+
+fn publishes(server: &RedisServer) -> u64 {
+    server.command_calls("publish")
+}
+
+fn token(answer: &Answer) -> i64 {
+    match answer {
+        Answer::Token(t) | Answer::Shared(t, _) => *t,
+        other => panic!("not granted: {other:?}"),
+    }
+}
+
+#[test]
+fn readers_share_and_each_keeps_its_own_lease() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    assert!(matches!(take(&mut con, "r:1", "r", 0, 300), Answer::Shared(_, true)));
+    assert!(matches!(take(&mut con, "r:2", "r", 0, LONG), Answer::Shared(_, true)));
+    // The short reader's share ends at its own lease; the other one's
+    // holds on, and a renewal finds only that one.
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    let renewed: Vec<i64> = script("renew")
+        .key(KEY)
+        .key(KEY)
+        .arg("r:1")
+        .arg(LONG)
+        .arg("r:2")
+        .arg(LONG)
+        .invoke(&mut con)
+        .expect("renew.lua");
+    assert_eq!(renewed, vec![0, 1]);
+    assert!(matches!(write(&mut con, "w:1"), Answer::Queued(_)));
+    assert_eq!(give_back(&mut con, "shared_release", "r:2"), 1);
+    assert!(matches!(write(&mut con, "w:1"), Answer::Token(_)));
+}
+
+#[test]
+fn a_waiting_writer_holds_new_readers_back_until_it_has_had_its_turn() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    server.reset_stats();
+    token(&take(&mut con, "r:1", "r", 0, LONG));
+    // The writer waits, and keeps a claim: a new reader waits behind it.
+    assert!(matches!(write(&mut con, "w:1"), Answer::Queued(ttl) if ttl > 20_000));
+    assert!(matches!(take(&mut con, "r:2", "r", 0, LONG), Answer::Held(_)));
+    // The last reader's release announces; the writer takes it.
+    assert_eq!(give_back(&mut con, "shared_release", "r:1"), 1);
+    assert_eq!(publishes(&server), 1);
+    let written = token(&write(&mut con, "w:1"));
+    assert!(matches!(take(&mut con, "r:2", "r", 0, LONG), Answer::Held(_)));
+    // The writer's release announces to the readers refused meanwhile.
+    assert_eq!(give_back(&mut con, "release", "w:1"), 1);
+    assert_eq!(publishes(&server), 2);
+    let read = token(&take(&mut con, "r:2", "r", 0, LONG));
+    assert!(read > written, "tokens rise across kinds: {read} > {written}");
+}
+
+#[test]
+fn a_writer_that_gives_up_lets_the_readers_in_at_once() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    token(&take(&mut con, "r:1", "r", 0, LONG));
+    assert!(matches!(write(&mut con, "w:1"), Answer::Queued(_)));
+    assert!(matches!(take(&mut con, "r:2", "r", 0, LONG), Answer::Held(_)));
+    // Its withdrawal is a release of its owner id: nothing was held.
+    assert_eq!(give_back(&mut con, "release", "w:1"), -1);
+    assert!(matches!(take(&mut con, "r:2", "r", 0, LONG), Answer::Shared(_, true)));
+}
+
+#[test]
+fn permits_admit_at_most_their_count_each_with_its_own_lease() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    assert!(matches!(take(&mut con, "p:1", "p", 2, 300), Answer::Shared(_, true)));
+    assert!(matches!(take(&mut con, "p:2", "p", 2, LONG), Answer::Shared(_, false)));
+    assert!(matches!(take(&mut con, "p:3", "p", 2, LONG), Answer::Held(ttl) if ttl <= 300));
+    // Another count on the live key is another lock: refused, both named.
+    let error = try_take(&mut con, "p:4", "p", 3).expect_err("another count");
+    assert_eq!(error.code(), Some("LOCKKIND"), "{error}");
+    let text = error.to_string();
+    assert!(text.contains("permits = 2") && text.contains("permits = 3"), "{text}");
+    // The first holder dies: its permit frees at its own lease.
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    assert!(matches!(take(&mut con, "p:3", "p", 2, LONG), Answer::Shared(_, false)));
+    assert!(matches!(take(&mut con, "p:4", "p", 2, LONG), Answer::Held(_)));
+}
+
+#[test]
+fn a_fair_line_serves_in_arrival_order_and_names_the_next_waiter() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    token(&take(&mut con, "a:1", "q", 0, LONG));
+    assert!(matches!(take(&mut con, "b:1", "q", 0, LONG), Answer::Queued(_)));
+    assert!(matches!(take(&mut con, "c:1", "q", 0, LONG), Answer::Queued(_)));
+    let mut sub = server.connection();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.subscribe(KEY).expect("SUBSCRIBE");
+    assert_eq!(give_back(&mut con, "shared_release", "a:1"), 1);
+    let message = pubsub.get_message().expect("notice");
+    let payload: String = message.get_payload().expect("payload");
+    assert_eq!(payload, ">b:1");
+    // c comes first after the release, and still waits for b.
+    assert!(matches!(take(&mut con, "c:1", "q", 0, LONG), Answer::Queued(_)));
+    token(&take(&mut con, "b:1", "q", 0, LONG));
+    // A plain lock does not pass the line.
+    let error = script("acquire")
+        .key(KEY)
+        .arg("x:1")
+        .arg(LONG)
+        .invoke::<Value>(&mut con)
+        .expect_err("a plain lock on a fair key");
+    assert_eq!(error.code(), Some("LOCKKIND"), "{error}");
+    assert_eq!(give_back(&mut con, "shared_release", "b:1"), 1);
+    token(&take(&mut con, "c:1", "q", 0, LONG));
+}
+
+#[test]
+fn a_fair_waiter_that_gives_up_or_stops_asking_leaves_the_line() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    token(&take(&mut con, "a:1", "q", 0, LONG));
+    assert!(matches!(take(&mut con, "b:1", "q", 0, LONG), Answer::Queued(_)));
+    // c's place lives 300 ms without a heartbeat.
+    let queued: Value = script("shared_acquire")
+        .key(KEY)
+        .arg("c:1")
+        .arg(LONG)
+        .arg("q")
+        .arg(300)
+        .arg(0)
+        .invoke(&mut con)
+        .expect("acquire");
+    assert!(matches!(answer(queued), Answer::Queued(_)));
+    assert!(matches!(take(&mut con, "d:1", "q", 0, LONG), Answer::Queued(_)));
+    // b gives up; c stops asking.
+    assert_eq!(give_back(&mut con, "shared_release", "b:1"), -1);
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    assert_eq!(give_back(&mut con, "shared_release", "a:1"), 1);
+    token(&take(&mut con, "d:1", "q", 0, LONG));
+}
+
+#[test]
+fn kinds_that_cannot_share_a_key_are_refused_while_it_is_live() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    let plain = token(&write(&mut con, "x:1"));
+    for (kind, count) in [("p", 3), ("q", 0)] {
+        let error = try_take(&mut con, "y:1", kind, count).expect_err("plain is live");
+        assert_eq!(error.code(), Some("LOCKKIND"), "{error}");
+    }
+    // A reader waits for a writer, and marks it waited for.
+    assert!(matches!(take(&mut con, "r:1", "r", 0, LONG), Answer::Held(_)));
+    assert_eq!(give_back(&mut con, "release", "x:1"), 1);
+    // Free: any kind takes the key, with a larger token.
+    let permit = token(&take(&mut con, "p:1", "p", 3, LONG));
+    assert!(permit > plain);
+    let error = script("acquire")
+        .key(KEY)
+        .arg("x:2")
+        .arg(LONG)
+        .invoke::<Value>(&mut con)
+        .expect_err("permits are live");
+    assert!(error.to_string().contains("permits = 3"), "{error}");
+    assert_eq!(give_back(&mut con, "shared_release", "p:1"), 1);
+    let again = token(&write(&mut con, "x:2"));
+    assert!(again > permit);
+    let inspected: Vec<String> = script("inspect").key(KEY).invoke(&mut con).expect("inspect");
+    assert_eq!(inspected[2], "x:2");
+}

@@ -65,7 +65,12 @@ fn take(con: &mut Connection, owner: &str, kind: &str, count: u32, lease: u64) -
     answer(value)
 }
 
-fn try_take(con: &mut Connection, owner: &str, kind: &str, count: u32) -> redis::RedisResult<Value> {
+fn try_take(
+    con: &mut Connection,
+    owner: &str,
+    kind: &str,
+    count: u32,
+) -> redis::RedisResult<Value> {
     script("shared_acquire")
         .key(KEY)
         .arg(owner)
@@ -111,8 +116,14 @@ fn token(answer: &Answer) -> i64 {
 fn readers_share_and_each_keeps_its_own_lease() {
     let server = RedisServer::start();
     let mut con = server.connection();
-    assert!(matches!(take(&mut con, "r:1", "r", 0, 300), Answer::Shared(_, true)));
-    assert!(matches!(take(&mut con, "r:2", "r", 0, LONG), Answer::Shared(_, true)));
+    assert!(matches!(
+        take(&mut con, "r:1", "r", 0, 300),
+        Answer::Shared(_, true)
+    ));
+    assert!(matches!(
+        take(&mut con, "r:2", "r", 0, LONG),
+        Answer::Shared(_, true)
+    ));
     // The short reader's share ends at its own lease; the other one's
     // holds on, and a renewal finds only that one.
     std::thread::sleep(std::time::Duration::from_millis(600));
@@ -139,17 +150,26 @@ fn a_waiting_writer_holds_new_readers_back_until_it_has_had_its_turn() {
     token(&take(&mut con, "r:1", "r", 0, LONG));
     // The writer waits, and keeps a claim: a new reader waits behind it.
     assert!(matches!(write(&mut con, "w:1"), Answer::Queued(ttl) if ttl > 20_000));
-    assert!(matches!(take(&mut con, "r:2", "r", 0, LONG), Answer::Held(_)));
+    assert!(matches!(
+        take(&mut con, "r:2", "r", 0, LONG),
+        Answer::Held(_)
+    ));
     // The last reader's release announces; the writer takes it.
     assert_eq!(give_back(&mut con, "shared_release", "r:1"), 1);
     assert_eq!(publishes(&server), 1);
     let written = token(&write(&mut con, "w:1"));
-    assert!(matches!(take(&mut con, "r:2", "r", 0, LONG), Answer::Held(_)));
+    assert!(matches!(
+        take(&mut con, "r:2", "r", 0, LONG),
+        Answer::Held(_)
+    ));
     // The writer's release announces to the readers refused meanwhile.
     assert_eq!(give_back(&mut con, "release", "w:1"), 1);
     assert_eq!(publishes(&server), 2);
     let read = token(&take(&mut con, "r:2", "r", 0, LONG));
-    assert!(read > written, "tokens rise across kinds: {read} > {written}");
+    assert!(
+        read > written,
+        "tokens rise across kinds: {read} > {written}"
+    );
 }
 
 #[test]
@@ -158,28 +178,49 @@ fn a_writer_that_gives_up_lets_the_readers_in_at_once() {
     let mut con = server.connection();
     token(&take(&mut con, "r:1", "r", 0, LONG));
     assert!(matches!(write(&mut con, "w:1"), Answer::Queued(_)));
-    assert!(matches!(take(&mut con, "r:2", "r", 0, LONG), Answer::Held(_)));
+    assert!(matches!(
+        take(&mut con, "r:2", "r", 0, LONG),
+        Answer::Held(_)
+    ));
     // Its withdrawal is a release of its owner id: nothing was held.
     assert_eq!(give_back(&mut con, "release", "w:1"), -1);
-    assert!(matches!(take(&mut con, "r:2", "r", 0, LONG), Answer::Shared(_, true)));
+    assert!(matches!(
+        take(&mut con, "r:2", "r", 0, LONG),
+        Answer::Shared(_, true)
+    ));
 }
 
 #[test]
 fn permits_admit_at_most_their_count_each_with_its_own_lease() {
     let server = RedisServer::start();
     let mut con = server.connection();
-    assert!(matches!(take(&mut con, "p:1", "p", 2, 300), Answer::Shared(_, true)));
-    assert!(matches!(take(&mut con, "p:2", "p", 2, LONG), Answer::Shared(_, false)));
+    assert!(matches!(
+        take(&mut con, "p:1", "p", 2, 300),
+        Answer::Shared(_, true)
+    ));
+    assert!(matches!(
+        take(&mut con, "p:2", "p", 2, LONG),
+        Answer::Shared(_, false)
+    ));
     assert!(matches!(take(&mut con, "p:3", "p", 2, LONG), Answer::Held(ttl) if ttl <= 300));
     // Another count on the live key is another lock: refused, both named.
     let error = try_take(&mut con, "p:4", "p", 3).expect_err("another count");
     assert_eq!(error.code(), Some("LOCKKIND"), "{error}");
     let text = error.to_string();
-    assert!(text.contains("permits = 2") && text.contains("permits = 3"), "{text}");
+    assert!(
+        text.contains("permits = 2") && text.contains("permits = 3"),
+        "{text}"
+    );
     // The first holder dies: its permit frees at its own lease.
     std::thread::sleep(std::time::Duration::from_millis(600));
-    assert!(matches!(take(&mut con, "p:3", "p", 2, LONG), Answer::Shared(_, false)));
-    assert!(matches!(take(&mut con, "p:4", "p", 2, LONG), Answer::Held(_)));
+    assert!(matches!(
+        take(&mut con, "p:3", "p", 2, LONG),
+        Answer::Shared(_, false)
+    ));
+    assert!(matches!(
+        take(&mut con, "p:4", "p", 2, LONG),
+        Answer::Held(_)
+    ));
 }
 
 #[test]
@@ -187,8 +228,14 @@ fn a_fair_line_serves_in_arrival_order_and_names_the_next_waiter() {
     let server = RedisServer::start();
     let mut con = server.connection();
     token(&take(&mut con, "a:1", "q", 0, LONG));
-    assert!(matches!(take(&mut con, "b:1", "q", 0, LONG), Answer::Queued(_)));
-    assert!(matches!(take(&mut con, "c:1", "q", 0, LONG), Answer::Queued(_)));
+    assert!(matches!(
+        take(&mut con, "b:1", "q", 0, LONG),
+        Answer::Queued(_)
+    ));
+    assert!(matches!(
+        take(&mut con, "c:1", "q", 0, LONG),
+        Answer::Queued(_)
+    ));
     let mut sub = server.connection();
     let mut pubsub = sub.as_pubsub();
     pubsub.subscribe(KEY).expect("SUBSCRIBE");
@@ -197,7 +244,10 @@ fn a_fair_line_serves_in_arrival_order_and_names_the_next_waiter() {
     let payload: String = message.get_payload().expect("payload");
     assert_eq!(payload, ">b:1");
     // c comes first after the release, and still waits for b.
-    assert!(matches!(take(&mut con, "c:1", "q", 0, LONG), Answer::Queued(_)));
+    assert!(matches!(
+        take(&mut con, "c:1", "q", 0, LONG),
+        Answer::Queued(_)
+    ));
     token(&take(&mut con, "b:1", "q", 0, LONG));
     // A plain lock does not pass the line.
     let error = script("acquire")
@@ -216,7 +266,10 @@ fn a_fair_waiter_that_gives_up_or_stops_asking_leaves_the_line() {
     let server = RedisServer::start();
     let mut con = server.connection();
     token(&take(&mut con, "a:1", "q", 0, LONG));
-    assert!(matches!(take(&mut con, "b:1", "q", 0, LONG), Answer::Queued(_)));
+    assert!(matches!(
+        take(&mut con, "b:1", "q", 0, LONG),
+        Answer::Queued(_)
+    ));
     // c's place lives 300 ms without a heartbeat.
     let queued: Value = script("shared_acquire")
         .key(KEY)
@@ -228,7 +281,10 @@ fn a_fair_waiter_that_gives_up_or_stops_asking_leaves_the_line() {
         .invoke(&mut con)
         .expect("acquire");
     assert!(matches!(answer(queued), Answer::Queued(_)));
-    assert!(matches!(take(&mut con, "d:1", "q", 0, LONG), Answer::Queued(_)));
+    assert!(matches!(
+        take(&mut con, "d:1", "q", 0, LONG),
+        Answer::Queued(_)
+    ));
     // b gives up; c stops asking.
     assert_eq!(give_back(&mut con, "shared_release", "b:1"), -1);
     std::thread::sleep(std::time::Duration::from_millis(600));
@@ -246,7 +302,10 @@ fn kinds_that_cannot_share_a_key_are_refused_while_it_is_live() {
         assert_eq!(error.code(), Some("LOCKKIND"), "{error}");
     }
     // A reader waits for a writer, and marks it waited for.
-    assert!(matches!(take(&mut con, "r:1", "r", 0, LONG), Answer::Held(_)));
+    assert!(matches!(
+        take(&mut con, "r:1", "r", 0, LONG),
+        Answer::Held(_)
+    ));
     assert_eq!(give_back(&mut con, "release", "x:1"), 1);
     // Free: any kind takes the key, with a larger token.
     let permit = token(&take(&mut con, "p:1", "p", 3, LONG));
@@ -261,6 +320,9 @@ fn kinds_that_cannot_share_a_key_are_refused_while_it_is_live() {
     assert_eq!(give_back(&mut con, "shared_release", "p:1"), 1);
     let again = token(&write(&mut con, "x:2"));
     assert!(again > permit);
-    let inspected: Vec<String> = script("inspect").key(KEY).invoke(&mut con).expect("inspect");
+    let inspected: Vec<String> = script("inspect")
+        .key(KEY)
+        .invoke(&mut con)
+        .expect("inspect");
     assert_eq!(inspected[2], "x:2");
 }

@@ -1,0 +1,308 @@
+//! The lock kinds through the public API, on Redis and the embedded
+//! backend: readers share and writers exclude, permits count, a fair line
+//! keeps arrival order, and the re-entry rules of each kind.
+mod support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lock_runtime::{LockClient, LockError, LockMode, LockOptions};
+
+/// Who is inside a key's critical section now, and the most ever.
+#[derive(Default)]
+struct Inside {
+    readers: AtomicUsize,
+    writers: AtomicUsize,
+    most_readers: AtomicUsize,
+    overlaps: AtomicUsize,
+}
+
+impl Inside {
+    fn enter(&self, writer: bool) {
+        if writer {
+            let writers = self.writers.fetch_add(1, Ordering::SeqCst);
+            if writers > 0 || self.readers.load(Ordering::SeqCst) > 0 {
+                self.overlaps.fetch_add(1, Ordering::SeqCst);
+            }
+        } else {
+            let readers = self.readers.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most_readers.fetch_max(readers, Ordering::SeqCst);
+            if self.writers.load(Ordering::SeqCst) > 0 {
+                self.overlaps.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    fn leave(&self, writer: bool) {
+        let count = if writer { &self.writers } else { &self.readers };
+        count.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn read() -> LockOptions {
+    LockOptions::new()
+        .mode(LockMode::Read)
+        .wait(Duration::from_secs(20))
+}
+
+fn write() -> LockOptions {
+    LockOptions::new()
+        .mode(LockMode::Write)
+        .wait(Duration::from_secs(20))
+}
+
+/// A body that records itself inside for `hold`.
+async fn inside(client: &LockClient, options: LockOptions, seen: &Inside, hold: Duration) {
+    let writer = options.lock_mode() == LockMode::Write;
+    client
+        .run_locked("doc", options, async {
+            seen.enter(writer);
+            tokio::time::sleep(hold).await;
+            seen.leave(writer);
+            Ok::<_, LockError>(())
+        })
+        .await
+        .expect("locked call");
+}
+
+on_both_backends! {
+    /// Six readers are inside at once (each waits for the others inside);
+    /// then readers and writers mixed: a writer never overlaps anyone.
+    async fn readers_overlap_and_a_writer_overlaps_nobody(env: Env) {
+        let barrier = Arc::new(tokio::sync::Barrier::new(6));
+        let tasks: Vec<_> = (0..6)
+            .map(|_| {
+                let (client, barrier) = (env.client.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    client
+                        .run_locked("doc", read(), async {
+                            tokio::time::timeout(Duration::from_secs(10), barrier.wait())
+                                .await
+                                .expect("all six readers inside at once");
+                            Ok::<_, LockError>(())
+                        })
+                        .await
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("task").expect("reader");
+        }
+        let seen = Arc::new(Inside::default());
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let (client, seen) = (env.client.clone(), seen.clone());
+                tokio::spawn(async move {
+                    for _ in 0..6 {
+                        let options = if i % 4 == 0 { write() } else { read() };
+                        inside(&client, options, &seen, Duration::from_millis(5)).await;
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("task");
+        }
+        assert_eq!(seen.overlaps.load(Ordering::SeqCst), 0, "a writer overlapped");
+        assert!(seen.most_readers.load(Ordering::SeqCst) >= 2, "readers never overlapped");
+    }
+}
+
+on_both_backends! {
+    /// Readers that come and go so that one is always inside do not keep a
+    /// waiting writer out: new readers wait behind it.
+    async fn a_waiting_writer_is_not_starved_by_a_stream_of_readers(env: Env) {
+        let seen = Arc::new(Inside::default());
+        let stop = Arc::new(tokio::sync::Notify::new());
+        let readers: Vec<_> = (0..4)
+            .map(|_| {
+                let (client, seen, stop) = (env.client.clone(), seen.clone(), stop.clone());
+                tokio::spawn(async move {
+                    let stopped = stop.notified();
+                    tokio::pin!(stopped);
+                    loop {
+                        tokio::select! {
+                            () = &mut stopped => return,
+                            () = inside(&client, read(), &seen, Duration::from_millis(30)) => {}
+                        }
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let start = Instant::now();
+        let options = write().wait(Duration::from_secs(10));
+        let writer = env.client.run_locked("doc", options, async {
+            Ok::<_, LockError>(start.elapsed())
+        });
+        let waited = writer.await.expect("the writer got in");
+        stop.notify_waiters();
+        for reader in readers {
+            let _ = reader.await;
+        }
+        assert!(waited < Duration::from_secs(5), "the writer waited {waited:?}");
+    }
+}
+
+on_both_backends! {
+    /// Eight tasks on `permits = 3`: never more than three inside, and three
+    /// at some point.
+    async fn permits_admit_at_most_their_count(env: Env) {
+        let inside_now = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let options = LockOptions::new().permits(3).wait(Duration::from_secs(20));
+        let tasks: Vec<_> = (0..8)
+            .map(|_| {
+                let (client, inside_now, most) = (env.client.clone(), inside_now.clone(), most.clone());
+                tokio::spawn(async move {
+                    for _ in 0..5 {
+                        client
+                            .run_locked("partner-api", options, async {
+                                let now = inside_now.fetch_add(1, Ordering::SeqCst) + 1;
+                                most.fetch_max(now, Ordering::SeqCst);
+                                tokio::time::sleep(Duration::from_millis(10)).await;
+                                inside_now.fetch_sub(1, Ordering::SeqCst);
+                                Ok::<_, LockError>(())
+                            })
+                            .await
+                            .expect("permit");
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("task");
+        }
+        assert_eq!(most.load(Ordering::SeqCst), 3);
+    }
+}
+
+on_both_backends! {
+    /// A call that meets another kind's live hold fails with
+    /// `KindMismatch`, naming the key and both kinds.
+    async fn a_call_that_meets_another_kind_fails_with_a_kind_mismatch(env: Env) {
+        let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
+        let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
+        let client = env.client.clone();
+        let holder = tokio::spawn(async move {
+            client
+                .run_locked("mixed", LockOptions::new().permits(2), async {
+                    let _ = entered_tx.send(());
+                    let _ = leave_rx.await;
+                    Ok::<_, LockError>(())
+                })
+                .await
+        });
+        entered_rx.await.expect("the permit holder is inside");
+        let error = env
+            .client
+            .run_locked("mixed", read(), async { Ok::<_, LockError>(()) })
+            .await
+            .expect_err("a reader on a counted lock");
+        let LockError::KindMismatch { key, asked, found, .. } = &error else {
+            panic!("not a kind mismatch: {error}");
+        };
+        assert!(key.ends_with("mixed"), "{key}");
+        assert!(asked.contains("mode = \"read\""), "{asked}");
+        assert!(found.contains("permits = 2"), "{found}");
+        let other_count = LockOptions::new().permits(3).wait(Duration::ZERO);
+        let error = env
+            .client
+            .run_locked("mixed", other_count, async { Ok::<_, LockError>(()) })
+            .await
+            .expect_err("another count");
+        assert!(matches!(error, LockError::KindMismatch { .. }), "{error}");
+        let _ = leave_tx.send(());
+        holder.await.expect("task").expect("holder");
+        // Free again: the key takes any kind.
+        env.client
+            .run_locked("mixed", read(), async { Ok::<_, LockError>(()) })
+            .await
+            .expect("a reader on the freed key");
+    }
+}
+
+on_both_backends! {
+    /// Under a write hold a nested read or write re-enters; under a read
+    /// hold a nested read re-enters and a nested write fails at once; under
+    /// a permit a nested call with the same count re-enters. None sends a
+    /// request.
+    async fn each_kind_re_enters_by_its_rules(env: Env) {
+        let client = env.client.clone();
+        client
+            .run_locked("nest", write(), async {
+                client.run_locked("nest", read(), async { Ok::<_, LockError>(()) }).await?;
+                client.run_locked("nest", write(), async { Ok::<_, LockError>(()) }).await
+            })
+            .await
+            .expect("read and write under a write hold");
+        let started = Instant::now();
+        let upgrade = client
+            .run_locked("nest", read(), async {
+                client.run_locked("nest", read(), async { Ok::<_, LockError>(()) }).await?;
+                client.run_locked("nest", write(), async { Ok::<_, LockError>(()) }).await
+            })
+            .await
+            .expect_err("a write under a read hold");
+        assert!(matches!(upgrade, LockError::Invalid { .. }), "{upgrade}");
+        assert!(upgrade.to_string().contains("nest"), "{upgrade}");
+        assert!(started.elapsed() < Duration::from_secs(5), "it failed at once");
+        // Nothing is left held: a writer takes the key at once.
+        client
+            .run_locked("nest", write().wait(Duration::ZERO), async { Ok::<_, LockError>(()) })
+            .await
+            .expect("free after the failed upgrade");
+        let permits = LockOptions::new().permits(1).wait(Duration::ZERO);
+        client
+            .run_locked("nest", permits, async {
+                client.run_locked("nest", permits, async { Ok::<_, LockError>(()) }).await
+            })
+            .await
+            .expect("a permit re-entered, not a second one taken");
+    }
+}
+
+on_both_backends! {
+    /// Waiters on a fair lock, on two clients of the same backend, begin
+    /// waiting 150 ms apart and get the lock in that order.
+    async fn a_fair_line_serves_waiters_in_arrival_order(env: Env) {
+        let other = env.other_client().await;
+        let fair = LockOptions::new().fair(true).wait(Duration::from_secs(20));
+        let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
+        let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
+        let client = env.client.clone();
+        let holder = tokio::spawn(async move {
+            client
+                .run_locked("line", fair, async {
+                    let _ = entered_tx.send(());
+                    let _ = leave_rx.await;
+                    Ok::<_, LockError>(())
+                })
+                .await
+        });
+        entered_rx.await.expect("the holder is inside");
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for i in 0..4 {
+            let client = if i % 2 == 0 { other.clone() } else { env.client.clone() };
+            let order = order.clone();
+            waiters.push(tokio::spawn(async move {
+                client
+                    .run_locked("line", fair, async {
+                        order.lock().unwrap().push(i);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        Ok::<_, LockError>(())
+                    })
+                    .await
+            }));
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        let _ = leave_tx.send(());
+        holder.await.expect("task").expect("holder");
+        for waiter in waiters {
+            waiter.await.expect("task").expect("waiter");
+        }
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
+    }
+}

@@ -265,9 +265,9 @@ local function hash_fence(key, owner, raised)
   return 1
 end
 
--- The hash at `key` as inspect.lua answers: {fence, state, holders, pttl},
--- the holders' owner ids joined by spaces, state `h` held or `f` free, the
--- time until the last holder's expiry.
+-- The hash at `key` as inspect.lua answers: {fence, state, holder, pttl},
+-- state `h` held or `f` free, the holder the one of its holders whose
+-- lease ends last, and the time until then.
 local function hash_inspect(key)
   local now = server_now()
   local h = read_hash(key, redis.call('hgetall', key), now, true)
@@ -277,12 +277,13 @@ local function hash_inspect(key)
   if h.count == 0 then
     return {string.format('%d', h.fence), 'f', '', tostring(redis.call('pttl', key))}
   end
-  local owners = {}
-  for owner, _ in pairs(h.holders) do
-    owners[#owners + 1] = owner
+  local last, last_exp = '', 0
+  for owner, hold in pairs(h.holders) do
+    if hold[1] > last_exp or (hold[1] == last_exp and owner < last) then
+      last, last_exp = owner, hold[1]
+    end
   end
-  table.sort(owners)
-  return {string.format('%d', h.fence), 'h', table.concat(owners, ' '), tostring(h.latest - now)}
+  return {string.format('%d', h.fence), 'h', last, tostring(last_exp - now)}
 end
 
 -- Frees every hold at `key` (a hash) and drops a waiting writer's claim;

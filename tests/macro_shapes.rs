@@ -472,3 +472,126 @@ async fn client_option() {
     release_tx.send(()).unwrap();
     holder.await.unwrap().unwrap();
 }
+
+/// The kind options: `mode`, `permits`, `fair` and `waiter_lease`, as
+/// literals and as expressions. The embedded backend does not take the
+/// kinds yet, so only a writer runs here; the other shapes are built (their
+/// futures created, which evaluates nothing) to show that they compile and
+/// are `Send`.
+mod kinds {
+    use std::time::Duration;
+
+    use lock_runtime::distributed_lock;
+
+    use super::AppError;
+
+    const PERMITS: u32 = 4;
+
+    #[distributed_lock(key = "doc:<id>", mode = "read")]
+    pub async fn read_doc(id: u64) -> Result<u64, AppError> {
+        Ok(id)
+    }
+
+    /// The same lock as no `mode`.
+    #[distributed_lock(key = "doc:<id>", mode = "write", wait = "1s")]
+    pub async fn write_doc(id: u64) -> Result<u64, AppError> {
+        Ok(id + 1)
+    }
+
+    #[distributed_lock(key = "partner-api", permits = 8)]
+    pub async fn call_partner() -> Result<(), AppError> {
+        Ok(())
+    }
+
+    #[distributed_lock(key = "partner-api:<name>", permits = PERMITS)]
+    pub async fn call_named(name: &str) -> Result<usize, AppError> {
+        Ok(name.len())
+    }
+
+    #[distributed_lock(key = "order:<id>", fair = true)]
+    pub async fn fair_order(id: u64) -> Result<u64, AppError> {
+        Ok(id)
+    }
+
+    #[distributed_lock(key = "order:<id>", fair = true, waiter_lease = "2s")]
+    pub async fn fair_order_short_waiters(id: u64) -> Result<u64, AppError> {
+        Ok(id)
+    }
+
+    /// `fair = false` goes with the other kinds; `waiter_lease` with any.
+    #[distributed_lock(key = "doc:<id>", mode = "read", fair = false, waiter_lease = "500ms")]
+    pub async fn read_doc_unfair(id: u64) -> Result<u64, AppError> {
+        Ok(id)
+    }
+
+    pub struct Partner {
+        pub permits: u32,
+        pub waiter_lease: Duration,
+    }
+
+    impl Partner {
+        /// Expressions, evaluated at each call; the body takes `self`.
+        #[distributed_lock(
+            key = "partner:<id>",
+            permits = self.permits,
+            waiter_lease = self.waiter_lease
+        )]
+        pub async fn call(self, id: u32) -> Result<u32, AppError> {
+            Ok(self.permits + id)
+        }
+
+        #[distributed_lock(key = "partner:<id>", fair = true, waiter_lease = self.waiter_lease)]
+        pub async fn call_in_turn(&self, id: u32) -> Result<u32, AppError> {
+            Ok(id)
+        }
+    }
+
+    /// Through a renamed runtime crate, `LockMode` included.
+    pub mod renamed {
+        use lock_runtime as locks;
+
+        #[locks::distributed_lock(key = "renamed-doc:<id>", mode = "read", crate = "locks")]
+        pub async fn read(id: u8) -> Result<u8, locks::LockError> {
+            Ok(id)
+        }
+    }
+
+    /// In an `#[async_trait]` impl, where `self` is renamed.
+    #[async_trait::async_trait]
+    pub trait Limited {
+        async fn limited(&self, id: u64) -> Result<u64, AppError>;
+    }
+
+    #[async_trait::async_trait]
+    impl Limited for Partner {
+        #[distributed_lock(key = "limited:<id>", permits = self.permits * 2)]
+        async fn limited(&self, id: u64) -> Result<u64, AppError> {
+            Ok(id + u64::from(self.permits))
+        }
+    }
+}
+
+/// Only checks its argument's type.
+fn send<F: std::future::Future + Send>(_future: F) {}
+
+#[tokio::test]
+async fn kind_options() {
+    use kinds::Limited;
+
+    setup();
+    assert_eq!(kinds::write_doc(1).await.unwrap(), 2);
+    let partner = kinds::Partner {
+        permits: 3,
+        waiter_lease: std::time::Duration::from_secs(2),
+    };
+    send(kinds::read_doc(1));
+    send(kinds::call_partner());
+    send(kinds::call_named("x"));
+    send(kinds::fair_order(1));
+    send(kinds::fair_order_short_waiters(1));
+    send(kinds::read_doc_unfair(1));
+    send(kinds::renamed::read(1));
+    send(partner.call_in_turn(1));
+    send(partner.limited(1));
+    send(partner.call(1));
+}

@@ -1,18 +1,34 @@
-//! The attribute's options: `key`, `lease`, `wait`, `renew`, `crate` and
-//! `client`.
+//! The attribute's options: `key`, `lease`, `wait`, `renew`, `mode`,
+//! `permits`, `fair`, `waiter_lease`, `crate` and `client`.
 //!
-//! `lease` and `wait` are a duration string, checked here, or any other
-//! expression, evaluated at call time (its type is checked by the compiler).
+//! `lease`, `wait` and `waiter_lease` are a duration string, checked here, or
+//! any other expression, evaluated at call time (its type is checked by the
+//! compiler). `permits` is a count, checked here, or any other expression of
+//! type `u32`. `mode` (`"read"` or `"write"`) and `fair` are literals; the
+//! kinds that do not exist together (`permits` with `mode`, `fair = true`
+//! with either) are refused here.
 
 use proc_macro2::{Span, TokenStream};
+use quote::quote;
 use syn::meta::ParseNestedMeta;
 use syn::parse::Parser;
-use syn::{Expr, ExprLit, Lit, LitStr};
+use syn::{Expr, ExprLit, ExprUnary, Lit, LitInt, LitStr, UnOp};
 
 use crate::duration;
 
 /// The names the attribute accepts, in the order error messages list them.
-const OPTIONS: &str = "`key`, `lease`, `wait`, `renew`, `crate`, `client`";
+const OPTIONS: [&str; 10] = [
+    "key",
+    "lease",
+    "wait",
+    "renew",
+    "mode",
+    "permits",
+    "fair",
+    "waiter_lease",
+    "crate",
+    "client",
+];
 
 /// The options as written; each value is kept with the span of the literal it
 /// came from, so later errors can point at it.
@@ -26,6 +42,15 @@ pub(crate) struct Args {
     pub wait: Option<DurationArg>,
     /// Whether the watchdog renews the lease.
     pub renew: Option<(bool, Span)>,
+    /// Reader or writer (`mode = "read"` / `"write"`).
+    pub mode: Option<(ModeArg, Span)>,
+    /// The number of holders of a counted lock.
+    pub permits: Option<PermitsArg>,
+    /// Whether waiters take the lock in arrival order.
+    pub fair: Option<(bool, Span)>,
+    /// How long a waiter's place lives without a heartbeat; a literal is
+    /// never under 10 ms.
+    pub waiter_lease: Option<DurationArg>,
     /// The path of the runtime crate, for renamed dependencies.
     pub krate: Option<(syn::Path, Span)>,
     /// The client to lock on instead of the global one: an expression of
@@ -53,36 +78,14 @@ impl Args {
             let Some(name) = meta.path.get_ident().map(ToString::to_string) else {
                 return Err(unknown_option(&meta));
             };
-            if !["key", "lease", "wait", "renew", "crate", "client"].contains(&name.as_str()) {
+            if !OPTIONS.contains(&name.as_str()) {
                 return Err(unknown_option(&meta));
             }
             // Errors in reading the tokens stop here; errors in the value are
             // gathered below and parsing goes on with the next option.
             let value: Expr = meta.value()?.parse()?;
-            match name.as_str() {
-                "key" => {
-                    key_seen = true;
-                    let key = string_lit(value, &name, "\"order:<id>\"");
-                    set_once(&meta, &mut args.key, key, errors);
-                }
-                "lease" => {
-                    let lease = duration_millis(value, &name);
-                    set_once(&meta, &mut args.lease, lease, errors);
-                }
-                "wait" => {
-                    let wait = duration_millis(value, &name);
-                    set_once(&meta, &mut args.wait, wait, errors);
-                }
-                "renew" => {
-                    let renew = bool_lit(value, &name);
-                    set_once(&meta, &mut args.renew, renew, errors);
-                }
-                "client" => set_once(&meta, &mut args.client, Ok(Box::new(value)), errors),
-                _ => {
-                    let krate = crate_path(value, &name);
-                    set_once(&meta, &mut args.krate, krate, errors);
-                }
-            }
+            key_seen |= name == "key";
+            args.set(&meta, &name, value, errors);
             Ok(())
         });
         if let Err(error) = parser.parse2(tokens) {
@@ -96,6 +99,128 @@ impl Args {
             ));
         }
         args
+    }
+
+    /// Stores the value of the option `name`, or gathers its errors.
+    fn set(&mut self, meta: &ParseNestedMeta<'_>, name: &str, value: Expr, errors: &mut Errors) {
+        match name {
+            "key" => {
+                let key = string_lit(value, name, "\"order:<id>\"");
+                set_once(meta, &mut self.key, key, errors);
+            }
+            "lease" => set_once(meta, &mut self.lease, duration_millis(value, name), errors),
+            "wait" => set_once(meta, &mut self.wait, duration_millis(value, name), errors),
+            "waiter_lease" => {
+                let waiter_lease = duration_millis(value, name);
+                set_once(meta, &mut self.waiter_lease, waiter_lease, errors);
+            }
+            "renew" => {
+                let renew = bool_lit(value, name, "false");
+                set_once(meta, &mut self.renew, renew, errors);
+            }
+            "mode" | "permits" | "fair" => self.set_kind(meta, name, value, errors),
+            "client" => set_once(meta, &mut self.client, Ok(Box::new(value)), errors),
+            _ => {
+                let krate = crate_path(value, name);
+                set_once(meta, &mut self.krate, krate, errors);
+            }
+        }
+    }
+
+    /// Stores `mode`, `permits` or `fair`. The first valid occurrence of one
+    /// that cannot go with an option before it is an error spanned on the
+    /// whole `name = value`.
+    fn set_kind(
+        &mut self,
+        meta: &ParseNestedMeta<'_>,
+        name: &str,
+        value: Expr,
+        errors: &mut Errors,
+    ) {
+        let path = &meta.path;
+        let written = quote!(#path #value);
+        let before = self.kinds();
+        match name {
+            "mode" => set_once(meta, &mut self.mode, mode_lit(value), errors),
+            "permits" => set_once(meta, &mut self.permits, permits_arg(value), errors),
+            _ => set_once(meta, &mut self.fair, bool_lit(value, name, "true"), errors),
+        }
+        let after = self.kinds();
+        // Set by this occurrence: not a duplicate, not a bad value.
+        let Some(this) = after.iter().find(|kind| !before.contains(kind)) else {
+            return;
+        };
+        // Any kind set before is another kind: only one per call.
+        if let Some(earlier) = before.first() {
+            errors.push(syn::Error::new_spanned(written, this.conflict(*earlier)));
+        }
+    }
+
+    /// The kind options set so far that constrain the others.
+    fn kinds(&self) -> Vec<Kind> {
+        let mut kinds = Vec::new();
+        if self.mode.is_some() {
+            kinds.push(Kind::Mode);
+        }
+        if self.permits.is_some() {
+            kinds.push(Kind::Permits);
+        }
+        if matches!(self.fair, Some((true, _))) {
+            kinds.push(Kind::Fair);
+        }
+        kinds
+    }
+}
+
+/// An option that picks a kind of lock: the runtime has no lock for two of
+/// them together.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// `mode = ...`: a read-write lock.
+    Mode,
+    /// `permits = ...`: a counted lock.
+    Permits,
+    /// `fair = true`: a fair lock.
+    Fair,
+}
+
+impl Kind {
+    /// The option as the messages write it.
+    fn written(self) -> &'static str {
+        match self {
+            Kind::Mode => "`mode`",
+            Kind::Permits => "`permits`",
+            Kind::Fair => "`fair = true`",
+        }
+    }
+
+    /// What the option gives on its own.
+    fn alone(self) -> &'static str {
+        match self {
+            Kind::Mode => "`mode` alone takes the key as a reader or a writer",
+            Kind::Permits => "`permits` alone lets at most that many holders in at once",
+            Kind::Fair => "`fair = true` alone takes an exclusive lock in arrival order",
+        }
+    }
+
+    /// The error for `self` written after `earlier`.
+    fn conflict(self, earlier: Kind) -> String {
+        let why = match (self, earlier) {
+            (Kind::Mode, Kind::Permits) | (Kind::Permits, Kind::Mode) => {
+                "a key is a read-write lock or a counted lock, not both"
+            }
+            (Kind::Fair, Kind::Mode) | (Kind::Mode, Kind::Fair) => {
+                "there is no fair read-write lock yet"
+            }
+            _ => "there is no fair counted lock yet",
+        };
+        format!(
+            "{} cannot be combined with {}: {why}; drop one of them ({}, {})",
+            self.written(),
+            earlier.written(),
+            earlier.alone(),
+            self.alone(),
+        )
     }
 }
 
@@ -124,7 +249,10 @@ fn unknown_option(meta: &ParseNestedMeta<'_>) -> syn::Error {
         .join("::");
     syn::Error::new_spanned(
         &meta.path,
-        format!("unknown option `{name}`; expected {OPTIONS}"),
+        format!(
+            "unknown option `{name}`; expected `{}`",
+            OPTIONS.join("`, `")
+        ),
     )
 }
 
@@ -147,8 +275,8 @@ fn string_lit(value: Expr, name: &str, example: &str) -> syn::Result<LitStr> {
 /// `LockOptions::SHORTEST_LEASE`.
 const SHORTEST_LEASE_MS: u64 = 10;
 
-/// A duration string in milliseconds, for `lease` (at least 10 ms) or
-/// `wait`; any other expression is kept for the call.
+/// A duration string in milliseconds, for `lease` or `waiter_lease` (at
+/// least 10 ms) or `wait`; any other expression is kept for the call.
 fn duration_millis(value: Expr, name: &str) -> syn::Result<DurationArg> {
     let lit = match value {
         Expr::Lit(ExprLit {
@@ -160,28 +288,133 @@ fn duration_millis(value: Expr, name: &str) -> syn::Result<DurationArg> {
     let text = lit.value();
     let millis = duration::parse_millis(&text)
         .map_err(|error| syn::Error::new(lit.span(), error.message(name, &text)))?;
-    if name == "lease" && millis == 0 {
-        return Err(syn::Error::new(
-            lit.span(),
-            "`lease` must be greater than zero: give a duration such as \"30s\", \
-             or leave `lease` out to use the client's default",
-        ));
-    }
-    if name == "lease" && millis < SHORTEST_LEASE_MS {
-        return Err(syn::Error::new(
-            lit.span(),
-            format!(
-                "`lease` must be at least 10ms: a lock is trusted for its lease less a \
-                 clock-drift margin (2 ms and a share of the lease), so a {millis} ms lease \
-                 would be lost as soon as it is taken; give a duration such as \"30s\""
-            ),
-        ));
+    if let Some(message) = too_short(name, millis) {
+        return Err(syn::Error::new(lit.span(), message));
     }
     Ok(DurationArg::Millis(millis, lit.span()))
 }
 
-/// The bool literal `value`.
-fn bool_lit(value: Expr, name: &str) -> syn::Result<(bool, Span)> {
+/// Why `millis` is too short for `name`, if it is: a `lease` or a
+/// `waiter_lease` is at least 10 ms, a `wait` may be zero.
+fn too_short(name: &str, millis: u64) -> Option<String> {
+    if millis >= SHORTEST_LEASE_MS {
+        return None;
+    }
+    match (name, millis) {
+        ("lease", 0) => Some(
+            "`lease` must be greater than zero: give a duration such as \"30s\", \
+             or leave `lease` out to use the client's default"
+                .to_owned(),
+        ),
+        ("lease", _) => Some(format!(
+            "`lease` must be at least 10ms: a lock is trusted for its lease less a \
+             clock-drift margin (2 ms and a share of the lease), so a {millis} ms lease \
+             would be lost as soon as it is taken; give a duration such as \"30s\""
+        )),
+        ("waiter_lease", 0) => Some(
+            "`waiter_lease` must be greater than zero: give a duration such as \"5s\", \
+             or leave `waiter_lease` out to use the default, 5s"
+                .to_owned(),
+        ),
+        ("waiter_lease", _) => Some(format!(
+            "`waiter_lease` must be at least 10ms: a waiter renews its place at a third of \
+             it, so a {millis} ms waiter lease would run out between two renewals; give a \
+             duration such as \"5s\""
+        )),
+        _ => None,
+    }
+}
+
+/// The mode in the string literal `value`: `"read"` or `"write"`.
+fn mode_lit(value: Expr) -> syn::Result<(ModeArg, Span)> {
+    let lit = match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit),
+            attrs,
+        }) if attrs.is_empty() => lit,
+        other => {
+            return Err(syn::Error::new_spanned(
+                other,
+                "`mode` takes the string \"read\" or \"write\": `mode = \"read\"` shares the \
+                 key with other readers, `mode = \"write\"` excludes every other holder",
+            ))
+        }
+    };
+    match lit.value().as_str() {
+        "read" => Ok((ModeArg::Read, lit.span())),
+        "write" => Ok((ModeArg::Write, lit.span())),
+        other => Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "unknown mode `{other}`: write `mode = \"read\"` to share the key with other \
+                 readers, or `mode = \"write\"` to exclude every other holder (the same as \
+                 no `mode`)"
+            ),
+        )),
+    }
+}
+
+/// A count of holders for `permits`: an integer literal from 1 to
+/// `u32::MAX`, checked here, or any other expression, kept for the call.
+/// A negative or non-integer literal is an error.
+fn permits_arg(value: Expr) -> syn::Result<PermitsArg> {
+    match &value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(lit), ..
+        }) => permits_count(lit),
+        Expr::Lit(ExprLit { lit, .. }) => Err(syn::Error::new_spanned(
+            lit,
+            "`permits` takes the number of holders allowed at once, as a whole number \
+             without quotes, such as `permits = 8`, or an expression of type `u32`",
+        )),
+        Expr::Unary(ExprUnary {
+            op: UnOp::Neg(_),
+            expr,
+            ..
+        }) if matches!(**expr, Expr::Lit(_)) => Err(syn::Error::new_spanned(
+            &value,
+            "`permits` cannot be negative: it is the number of holders allowed at once, \
+             at least 1, such as `permits = 8`",
+        )),
+        _ => Ok(PermitsArg::Expr(Box::new(value))),
+    }
+}
+
+/// The count in the integer literal `lit`.
+fn permits_count(lit: &LitInt) -> syn::Result<PermitsArg> {
+    if !["", "u32"].contains(&lit.suffix()) {
+        return Err(syn::Error::new(
+            lit.span(),
+            format!(
+                "`permits` takes a `u32`, not a `{}`: write the count without a suffix, \
+                 such as `permits = 8`",
+                lit.suffix()
+            ),
+        ));
+    }
+    let count = lit.base10_parse::<u32>().map_err(|_| {
+        syn::Error::new(
+            lit.span(),
+            format!(
+                "`permits = {}` is too large: `permits` is a `u32`, at most {}; give a \
+                 smaller count, such as `permits = 8`",
+                lit.base10_digits(),
+                u32::MAX
+            ),
+        )
+    })?;
+    if count == 0 {
+        return Err(syn::Error::new(
+            lit.span(),
+            "`permits` must be at least 1: it is the number of holders allowed at once, and \
+             `permits = 0` would let no one in; give a count such as `permits = 8`",
+        ));
+    }
+    Ok(PermitsArg::Count(count, lit.span()))
+}
+
+/// The bool literal `value`; `example` is the value the error shows.
+fn bool_lit(value: Expr, name: &str, example: &str) -> syn::Result<(bool, Span)> {
     match value {
         Expr::Lit(ExprLit {
             lit: Lit::Bool(lit),
@@ -189,7 +422,7 @@ fn bool_lit(value: Expr, name: &str) -> syn::Result<(bool, Span)> {
         }) if attrs.is_empty() => Ok((lit.value, lit.span)),
         other => Err(syn::Error::new_spanned(
             other,
-            format!("`{name}` takes `true` or `false`, without quotes: `{name} = false`"),
+            format!("`{name}` takes `true` or `false`, without quotes: `{name} = {example}`"),
         )),
     }
 }
@@ -237,11 +470,28 @@ fn set_once<T>(
     }
 }
 
-/// A `lease` or `wait` as written.
+/// A `lease`, `wait` or `waiter_lease` as written.
 pub(crate) enum DurationArg {
     /// A duration string, in milliseconds, with the literal's span.
     Millis(u64, Span),
     /// An expression of type `Duration`, evaluated at call time.
+    Expr(Box<Expr>),
+}
+
+/// A `mode` as written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ModeArg {
+    /// `"read"`: shared with other readers.
+    Read,
+    /// `"write"`: exclusive, the same as no mode.
+    Write,
+}
+
+/// A `permits` as written.
+pub(crate) enum PermitsArg {
+    /// A count from 1 to `u32::MAX`, with the literal's span.
+    Count(u32, Span),
+    /// An expression of type `u32`, evaluated at call time.
     Expr(Box<Expr>),
 }
 

@@ -37,6 +37,12 @@
 //!
 //! `lease` and `wait` expressions are evaluated in the `__options`
 //! statement, once per call, also before the body takes the arguments.
+//! The kind options follow them in that statement, in a fixed order:
+//! `mode = "read"` is `.mode(::lock_runtime::LockMode::Read)`, `permits = 8`
+//! is `.permits(8u32)`, `fair = true` is `.fair(true)`, and
+//! `waiter_lease = "2s"` is
+//! `.waiter_lease(::core::time::Duration::from_millis(2000u64))`; a
+//! `permits` or `waiter_lease` expression is evaluated there too, once.
 //!
 //! `__key`, `__options` and `__ret` are `Span::mixed_site()`, so the body can neither see
 //! nor shadow them. `__locked` is the exception: it comes into scope after the
@@ -49,7 +55,7 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{ItemFn, ReturnType, Signature, Type};
 
-use crate::args::{Args, DurationArg, Errors};
+use crate::args::{Args, DurationArg, Errors, ModeArg, PermitsArg};
 use crate::async_trait::{self, AsyncTraitFn};
 use crate::key::{Key, KeyArg};
 
@@ -321,10 +327,7 @@ fn calls(
         };
     };
     let client = syn::Ident::new("__client", Span::mixed_site());
-    let mut expr = quote!(#expr);
-    if let Some(renamed) = renamed_self {
-        expr = async_trait::rename_self(expr, renamed);
-    }
+    let expr = renamed(quote!(#expr), renamed_self);
     let client_krate = krate_at(args, expr.span());
     Calls {
         pick_client: quote_spanned! {expr.span()=>
@@ -371,8 +374,8 @@ fn render_key(
 }
 
 /// `let __options = ...;`: the literal options, the key template as the
-/// label, then `lease` and `wait` expressions, each evaluated once, before
-/// the body takes the arguments.
+/// label, then `lease` and `wait` expressions, then the kind options, each
+/// expression evaluated once, before the body takes the arguments.
 fn options_statement(
     krate: &TokenStream,
     args: &Args,
@@ -392,17 +395,73 @@ fn options_statement(
     for (name, arg) in [("lease", &args.lease), ("wait", &args.wait)] {
         if let Some(DurationArg::Expr(expr)) = arg {
             let method = syn::Ident::new(name, Span::call_site());
-            let span = expr.span();
-            let krate = krate_at(args, span);
-            let mut expr = quote!(#expr);
-            if let Some(renamed) = renamed_self {
-                expr = async_trait::rename_self(expr, renamed);
-            }
-            let duration = quote_spanned!(span=> #krate::__private::duration(#expr));
+            let duration = duration_expr(args, expr, renamed_self);
             value = quote!(#value.#method(#duration));
         }
     }
-    quote!(let #options = #value;)
+    let kinds = kind_calls(args, renamed_self);
+    quote!(let #options = #value #kinds;)
+}
+
+/// `.mode(..)`, `.permits(..)`, `.fair(..)` and `.waiter_lease(..)`, for
+/// the options that are set, in that order.
+fn kind_calls(args: &Args, renamed_self: Option<&syn::Ident>) -> TokenStream {
+    let mut calls = TokenStream::new();
+    if let Some((mode, span)) = args.mode {
+        let krate = krate_at(args, span);
+        let variant = match mode {
+            ModeArg::Read => quote_spanned!(span=> Read),
+            ModeArg::Write => quote_spanned!(span=> Write),
+        };
+        calls.extend(quote!(.mode(#krate::LockMode::#variant)));
+    }
+    match &args.permits {
+        Some(PermitsArg::Count(count, span)) => {
+            let mut literal = Literal::u32_suffixed(*count);
+            literal.set_span(*span);
+            calls.extend(quote!(.permits(#literal)));
+        }
+        Some(PermitsArg::Expr(expr)) => {
+            let span = expr.span();
+            let expr = renamed(quote!(#expr), renamed_self);
+            calls.extend(quote_spanned!(span=> .permits(#expr)));
+        }
+        None => {}
+    }
+    if let Some((fair, span)) = args.fair {
+        let fair = syn::LitBool::new(fair, span);
+        calls.extend(quote!(.fair(#fair)));
+    }
+    match &args.waiter_lease {
+        Some(DurationArg::Millis(millis, span)) => {
+            let mut literal = Literal::u64_suffixed(*millis);
+            literal.set_span(*span);
+            calls.extend(quote!(.waiter_lease(::core::time::Duration::from_millis(#literal))));
+        }
+        Some(DurationArg::Expr(expr)) => {
+            let duration = duration_expr(args, expr, renamed_self);
+            calls.extend(quote!(.waiter_lease(#duration)));
+        }
+        None => {}
+    }
+    calls
+}
+
+/// `__private::duration(expr)`, spanned on `expr`: a `Duration` or
+/// `&Duration` from a `lease`, `wait` or `waiter_lease` expression.
+fn duration_expr(args: &Args, expr: &syn::Expr, renamed_self: Option<&syn::Ident>) -> TokenStream {
+    let span = expr.span();
+    let krate = krate_at(args, span);
+    let expr = renamed(quote!(#expr), renamed_self);
+    quote_spanned!(span=> #krate::__private::duration(#expr))
+}
+
+/// `expr` with `self` renamed to async-trait's name for it, if it has one.
+fn renamed(expr: TokenStream, renamed_self: Option<&syn::Ident>) -> TokenStream {
+    match renamed_self {
+        Some(renamed) => async_trait::rename_self(expr, renamed),
+        None => expr,
+    }
 }
 
 /// `Some(ms)` for a duration string, `None` otherwise (no option, or an
@@ -537,6 +596,191 @@ mod tests {
                 }
             },
         );
+    }
+
+    /// For the tests of the kind options: the expansion of
+    /// `async fn f(&self, id: u64) -> Result<(), E>` with `args`, and the
+    /// expected one, whose `__options` value is `options`.
+    fn expand_kinds(args: TokenStream, options: TokenStream) -> (TokenStream, TokenStream) {
+        let item = quote!(
+            async fn f(&self, id: u64) -> Result<(), E> {
+                Ok(())
+            }
+        );
+        let expected = quote! {
+            async fn f(&self, id: u64) -> Result<(), E> {
+                let __key = ::lock_runtime::__private::key(
+                    ::core::format_args!("doc:{}", ::lock_runtime::__private::shown(&id))
+                );
+                let __options = #options;
+                let __locked = ::lock_runtime::__private::run_locked(
+                    __key,
+                    __options,
+                    async move {
+                        let __ret: Result<(), E> = { Ok(()) };
+                        #[allow(unreachable_code)]
+                        __ret
+                    }
+                );
+                __locked.await
+            }
+        };
+        (super::distributed_lock(args, item), expected)
+    }
+
+    /// `__private::options` with no lease, no wait, renewal on, labelled
+    /// `doc:<id>`.
+    fn plain_options() -> TokenStream {
+        quote! {
+            ::lock_runtime::__private::options(
+                ::core::option::Option::None,
+                ::core::option::Option::None,
+                true
+            ).label("doc:<id>")
+        }
+    }
+
+    #[test]
+    fn mode_read_and_write() {
+        let plain = plain_options();
+        let (actual, expected) = expand_kinds(
+            quote!(key = "doc:<id>", mode = "read"),
+            quote!(#plain.mode(::lock_runtime::LockMode::Read)),
+        );
+        assert_eq!(actual.to_string(), expected.to_string());
+        let (actual, expected) = expand_kinds(
+            quote!(key = "doc:<id>", mode = "write"),
+            quote!(#plain.mode(::lock_runtime::LockMode::Write)),
+        );
+        assert_eq!(actual.to_string(), expected.to_string());
+    }
+
+    #[test]
+    fn permits_literal_and_expressions() {
+        let plain = plain_options();
+        let (actual, expected) = expand_kinds(
+            quote!(key = "doc:<id>", permits = 8),
+            quote!(#plain.permits(8u32)),
+        );
+        assert_eq!(actual.to_string(), expected.to_string());
+        let (actual, expected) = expand_kinds(
+            quote!(key = "doc:<id>", permits = self.limits.permits(id)),
+            quote!(#plain.permits(self.limits.permits(id))),
+        );
+        assert_eq!(actual.to_string(), expected.to_string());
+        let (actual, expected) = expand_kinds(
+            quote!(key = "doc:<id>", permits = PERMITS),
+            quote!(#plain.permits(PERMITS)),
+        );
+        assert_eq!(actual.to_string(), expected.to_string());
+    }
+
+    #[test]
+    fn fair_with_waiter_lease() {
+        let plain = plain_options();
+        let (actual, expected) = expand_kinds(
+            quote!(key = "doc:<id>", fair = true, waiter_lease = "2s"),
+            quote! {
+                #plain
+                    .fair(true)
+                    .waiter_lease(::core::time::Duration::from_millis(2000u64))
+            },
+        );
+        assert_eq!(actual.to_string(), expected.to_string());
+        // An expression goes through `duration`, as `lease` and `wait` do,
+        // after them; `fair = false` is kept as written.
+        let (actual, expected) = expand_kinds(
+            quote!(
+                key = "doc:<id>",
+                waiter_lease = self.waiter_lease,
+                fair = false,
+                wait = self.wait
+            ),
+            quote! {
+                #plain
+                    .wait(::lock_runtime::__private::duration(self.wait))
+                    .fair(false)
+                    .waiter_lease(::lock_runtime::__private::duration(self.waiter_lease))
+            },
+        );
+        assert_eq!(actual.to_string(), expected.to_string());
+    }
+
+    /// Each error of the kind options, as `Args::parse` gathers them.
+    #[test]
+    fn kind_option_errors() {
+        let item = quote!(
+            async fn f(id: u64) -> Result<(), E> {
+                Ok(())
+            }
+        );
+        let cases = [
+            (quote!(mode = "reed"), "unknown mode `reed`"),
+            (
+                quote!(mode = Read),
+                r#"`mode` takes the string \"read\" or"#,
+            ),
+            (quote!(permits = 0), "`permits` must be at least 1"),
+            (quote!(permits = -2), "`permits` cannot be negative"),
+            (quote!(permits = "8"), "as a whole number without quotes"),
+            (quote!(permits = 1.5), "as a whole number without quotes"),
+            (
+                quote!(permits = 8u64),
+                "`permits` takes a `u32`, not a `u64`",
+            ),
+            (
+                quote!(permits = 4294967296),
+                "`permits = 4294967296` is too large",
+            ),
+            (quote!(permits = 4294967295), ""),
+            (
+                quote!(mode = "read", permits = 2),
+                "`permits` cannot be combined with `mode`",
+            ),
+            (
+                quote!(permits = 2, mode = "write"),
+                "`mode` cannot be combined with `permits`",
+            ),
+            (
+                quote!(mode = "read", fair = true),
+                "`fair = true` cannot be combined with `mode`",
+            ),
+            (
+                quote!(fair = true, permits = n),
+                "`permits` cannot be combined with `fair = true`",
+            ),
+            (
+                quote!(fair = false, permits = 2, mode = "read"),
+                "cannot be combined",
+            ),
+            (quote!(fair = false, mode = "read"), ""),
+            (quote!(fair = "yes"), "`fair` takes `true` or `false`"),
+            (
+                quote!(waiter_lease = "0s"),
+                "`waiter_lease` must be greater than zero",
+            ),
+            (
+                quote!(waiter_lease = "9ms"),
+                "`waiter_lease` must be at least 10ms",
+            ),
+            (quote!(waiter_lease = "10ms", mode = "read"), ""),
+            (
+                quote!(permits = 2, permits = 3),
+                "duplicate option `permits`",
+            ),
+        ];
+        for (args, message) in cases {
+            let out = super::distributed_lock(quote!(key = "k", #args), item.clone());
+            let out = out.to_string();
+            if message.is_empty() {
+                assert!(!out.contains("compile_error"), "{args}: {out}");
+            } else {
+                assert!(
+                    out.contains(message),
+                    "{args}: {message} missing from {out}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! The attribute turns an `async fn` returning `Result<T, E>` (with
 //! `E: From<LockError>`) into one that renders its lock key from the
 //! arguments, then runs the original body under that lock. All checks that can
-//! be made at compile time (the key template, durations, the function's shape)
-//! are made here, with errors on the offending token.
+//! be made at compile time (the key template, durations, the kind of lock,
+//! the function's shape) are made here, with errors on the offending token.
 #![warn(missing_docs)]
 
 mod args;

@@ -106,10 +106,10 @@ pub fn shown<'a, T: KeyPart + 'a>(value: &'a T) -> Shown<'a> {
     Shown(value)
 }
 
-/// What `lease = expr` and `wait = expr` take: a `Duration`, or a
-/// reference to one.
+/// What `lease = expr`, `wait = expr` and `waiter_lease = expr` take: a
+/// `Duration`, or a reference to one.
 #[diagnostic::on_unimplemented(
-    message = "`lease` and `wait` take a `std::time::Duration`, not `{Self}`",
+    message = "`lease`, `wait` and `waiter_lease` take a `std::time::Duration`, not `{Self}`",
     label = "expected a `Duration` here",
     note = "write a duration string such as \"30s\", checked at compile time, or an \
             expression of type `std::time::Duration`, such as `Duration::from_secs(30)`, \
@@ -132,7 +132,7 @@ impl DurationOption for &Duration {
     }
 }
 
-/// The `Duration` of a `lease = expr` or `wait = expr`.
+/// The `Duration` of a `lease = expr`, `wait = expr` or `waiter_lease = expr`.
 pub fn duration<D: DurationOption>(value: D) -> Duration {
     value.duration()
 }

@@ -1,0 +1,22 @@
+use lock_runtime::{distributed_lock, LockError};
+
+#[derive(Debug)]
+struct AppError;
+
+impl From<LockError> for AppError {
+    fn from(_: LockError) -> Self {
+        AppError
+    }
+}
+
+#[distributed_lock(key = "partner-api", permits = 8, fair = true)]
+async fn permits_first(id: u64) -> Result<u64, AppError> {
+    Ok(id)
+}
+
+#[distributed_lock(key = "partner-api", fair = true, permits = 8)]
+async fn fair_first(id: u64) -> Result<u64, AppError> {
+    Ok(id)
+}
+
+fn main() {}

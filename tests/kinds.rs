@@ -306,3 +306,46 @@ on_both_backends! {
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2, 3]);
     }
 }
+
+on_both_backends! {
+    /// Eight waiters of one client that begin waiting together on a held
+    /// fair lock: each hand-off goes to the waiter the line names, with no
+    /// wait for a heartbeat (a third of the waiter lease, 1.7 s here).
+    async fn a_fair_line_in_one_client_hands_off_without_waiting_for_heartbeats(env: Env) {
+        let fair = LockOptions::new().fair(true).wait(Duration::from_secs(20));
+        let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
+        let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
+        let client = env.client.clone();
+        let holder = tokio::spawn(async move {
+            client
+                .run_locked("together", fair, async {
+                    let _ = entered_tx.send(());
+                    let _ = leave_rx.await;
+                    Ok::<_, LockError>(())
+                })
+                .await
+        });
+        entered_rx.await.expect("the holder is inside");
+        let waiters: Vec<_> = (0..8)
+            .map(|_| {
+                let client = env.client.clone();
+                tokio::spawn(async move {
+                    client
+                        .run_locked("together", fair, async { Ok::<_, LockError>(Instant::now()) })
+                        .await
+                })
+            })
+            .collect();
+        // Let every waiter take its place in the line.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let released = Instant::now();
+        let _ = leave_tx.send(());
+        holder.await.expect("task").expect("holder");
+        let mut last = released;
+        for waiter in waiters {
+            last = last.max(waiter.await.expect("task").expect("waiter"));
+        }
+        let all_in = last - released;
+        assert!(all_in < Duration::from_millis(1200), "eight hand-offs took {all_in:?}");
+    }
+}

@@ -41,7 +41,7 @@ pub(crate) fn push_handler(
                 // A fair line's release names its next waiter's owner id
                 // (`><client id>:<n>`): only that waiter's client tries.
                 if next == id.as_bytes() {
-                    waiters.wake_release(released.key, 0);
+                    waiters.wake_named(released.key, released.token);
                 }
             } else if released.client != id.as_bytes() {
                 // This client's own releases woke its waiters already.

@@ -23,6 +23,9 @@ struct Slot {
     /// The fencing token of the last release that woke the queue: the
     /// Redlock nodes each announce a release, and it should wake it once.
     last_release: AtomicU64,
+    /// The owner number of this client's waiter that the last fair notice
+    /// named (0: none): that waiter tries, not the head.
+    named: AtomicU64,
 }
 
 struct Line {
@@ -64,8 +67,9 @@ impl Waiters {
         self.with(|lines| lines.contains_key(key))
     }
 
-    /// Queues a waiter on `key`, behind those already there.
-    pub(crate) fn join(self: &Arc<Self>, key: &str) -> Ticket {
+    /// Queues a waiter on `key` (the acquisition with owner number
+    /// `owner`), behind those already there.
+    pub(crate) fn join(self: &Arc<Self>, key: &str, owner: u64) -> Ticket {
         let number = self.tickets.fetch_add(1, Ordering::Relaxed);
         let (slot, first) = self.with(|lines| {
             let mut first = false;
@@ -87,6 +91,7 @@ impl Waiters {
             key: key.into(),
             slot,
             number,
+            owner,
             wake_on_leave: AtomicBool::new(true),
         }
     }
@@ -104,6 +109,18 @@ impl Waiters {
         }
     }
 
+    /// A fair line's release named this client's waiter `owner` (its
+    /// owner number) on `key`: that waiter should try.
+    pub(crate) fn wake_named(&self, key: &[u8], owner: u64) {
+        let Ok(key) = std::str::from_utf8(key) else {
+            return;
+        };
+        if let Some(slot) = self.with(|lines| lines.get(key).map(|l| l.slot.clone())) {
+            slot.named.store(owner, Ordering::Release);
+            slot.notify.notify_waiters();
+        }
+    }
+
     /// Wakes every queue: news may have been missed (a reconnect).
     pub(crate) fn wake_all(&self) {
         self.with(|lines| lines.values().for_each(|l| l.slot.notify.notify_waiters()));
@@ -117,6 +134,8 @@ pub(crate) struct Ticket {
     key: Box<str>,
     slot: Arc<Slot>,
     number: u64,
+    /// The owner number of the waiting acquisition.
+    owner: u64,
     wake_on_leave: AtomicBool,
 }
 
@@ -125,6 +144,24 @@ impl Ticket {
     /// lock, so a release in between is not missed.
     pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
         self.slot.notify.notified()
+    }
+
+    /// Whom the last fair notice on this key named: `Some(true)` this
+    /// waiter (the name is taken, so it tries once), `Some(false)` another
+    /// waiter here, `None` nobody.
+    pub(crate) fn named(&self) -> Option<bool> {
+        match self.slot.named.load(Ordering::Acquire) {
+            0 => None,
+            named => Some(named == self.owner && self.take_name()),
+        }
+    }
+
+    /// Clears the name if it is this waiter's; whether it was.
+    fn take_name(&self) -> bool {
+        let (owner, named) = (self.owner, &self.slot.named);
+        named
+            .compare_exchange(owner, 0, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
     }
 
     /// Whether this waiter is first in line, the one that tries.
@@ -146,6 +183,8 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
+        // A name left for this waiter would keep the head from trying.
+        self.take_name();
         let (was_head, last) = self.waiters.with(|lines| {
             let Some(line) = lines.get_mut(&*self.key) else {
                 return (false, false);

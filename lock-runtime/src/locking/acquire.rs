@@ -141,6 +141,7 @@ async fn take(
         lane: &lane,
         key: &key,
         owner: &owner_id,
+        owner_number: owner,
         claim,
         attempts,
     };
@@ -172,6 +173,8 @@ struct Line<'a> {
     lane: &'a Lane,
     key: &'a str,
     owner: &'a OwnerId,
+    /// The number in `owner`, by which a fair notice names the waiter.
+    owner_number: u64,
     claim: Claim,
     /// Acquire requests sent so far by the call.
     attempts: &'a mut u32,
@@ -233,7 +236,7 @@ impl Line<'_> {
         queued: bool,
     ) -> Result<(Acquire, Instant), LockError> {
         let inner = &self.client.inner;
-        let ticket = inner.waiters.join(self.key);
+        let ticket = inner.waiters.join(self.key, self.owner_number);
         let mut place = Place::new(self.client, self.lane, self.key, self.owner, self.claim);
         place.armed = queued;
         // A place is kept alive by asking again at a third of its lease.
@@ -241,6 +244,8 @@ impl Line<'_> {
         let mut beat_at = Instant::now() + heartbeat;
         // When the head tries again without news: the holder's expiry.
         let mut retry_at = deadline;
+        // Whether the last wake-up was the timer's (or the first pass).
+        let mut timer = true;
         loop {
             // Listen before trying, so a release in between counts.
             let notified = ticket.notified();
@@ -252,7 +257,8 @@ impl Line<'_> {
                 });
             }
             let head = ticket.is_head();
-            if head || (place.armed && Instant::now() >= beat_at) {
+            let beat = place.armed && Instant::now() >= beat_at;
+            if beat || tries(head, timer, ticket.named()) {
                 let sent = Instant::now();
                 *self.attempts += 1;
                 let answer = attempt(self.client, self.lane, self.key, self.owner, self.claim);
@@ -290,11 +296,23 @@ impl Line<'_> {
             // On the client's runtime's timer: the caller's runtime may have
             // none.
             let sleep = inner.io.sleep_until(wake_at);
-            tokio::select! {
-                () = &mut notified => {}
-                () = sleep => {}
-            }
+            timer = tokio::select! {
+                () = &mut notified => false,
+                () = sleep => true,
+            };
         }
+    }
+}
+
+/// Whether a waiter tries now (apart from its heartbeat): the head tries
+/// on its timer and on news, except news of a fair release that named
+/// another waiter here (`named`: see [`crate::wakeup::Ticket::named`]),
+/// which that waiter tries instead.
+fn tries(head: bool, timer: bool, named: Option<bool>) -> bool {
+    match named {
+        Some(true) => true,
+        Some(false) => head && timer,
+        None => head,
     }
 }
 

@@ -93,7 +93,7 @@ fi
 # the first stage: the same features, so the same test binaries, not a
 # second build.
 family_tests=(ownership loss fencing scripts wait_timeout cancellation mutual_exclusion
-  reentrancy watchdog redlock acl errors operate replicas sentinel cluster)
+  reentrancy watchdog redlock acl errors operate replicas sentinel cluster kinds_scripts kinds)
 family_args=()
 for test in "${family_tests[@]}"; do family_args+=(--test "$test"); done
 

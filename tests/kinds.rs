@@ -349,3 +349,62 @@ on_both_backends! {
         assert!(all_in < Duration::from_millis(1200), "eight hand-offs took {all_in:?}");
     }
 }
+
+on_both_backends! {
+    /// A client's second waiter on a counted lock is told of the next freed
+    /// permit, though only its first waiter was ever refused: two holders
+    /// of another client leave one after the other, and each waiter here
+    /// gets in at once, not at the holders' lease.
+    async fn each_freed_permit_reaches_a_waiting_client_with_several_waiters(env: Env) {
+        let holders_client = env.other_client().await;
+        let options = LockOptions::new().permits(2).wait(Duration::from_secs(20));
+        let mut leaves = Vec::new();
+        let mut holders = Vec::new();
+        for _ in 0..2 {
+            let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
+            let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
+            let client = holders_client.clone();
+            holders.push(tokio::spawn(async move {
+                client
+                    .run_locked("quota", options, async {
+                        let _ = entered_tx.send(());
+                        let _ = leave_rx.await;
+                        Ok::<_, LockError>(())
+                    })
+                    .await
+            }));
+            entered_rx.await.expect("a holder is inside");
+            leaves.push(leave_tx);
+        }
+        let entered = Arc::new(tokio::sync::Notify::new());
+        let waiters: Vec<_> = (0..2)
+            .map(|_| {
+                let (client, entered) = (env.client.clone(), entered.clone());
+                tokio::spawn(async move {
+                    client
+                        .run_locked("quota", options, async {
+                            entered.notify_one();
+                            std::future::pending::<()>().await;
+                            Ok::<_, LockError>(())
+                        })
+                        .await
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        for leave in leaves {
+            let released = Instant::now();
+            let _ = leave.send(());
+            tokio::time::timeout(Duration::from_secs(3), entered.notified())
+                .await
+                .expect("a waiter got the freed permit at once");
+            println!("in {:?} after the release", released.elapsed());
+        }
+        for holder in holders {
+            holder.await.expect("task").expect("holder");
+        }
+        for waiter in waiters {
+            waiter.abort();
+        }
+    }
+}

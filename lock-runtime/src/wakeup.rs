@@ -164,6 +164,12 @@ impl Ticket {
             .is_ok()
     }
 
+    /// Whether other waiters are in this line besides this one.
+    pub(crate) fn others_wait(&self) -> bool {
+        self.waiters
+            .with(|lines| lines.get(&*self.key).is_some_and(|l| l.queue.len() > 1))
+    }
+
     /// Whether this waiter is first in line, the one that tries.
     pub(crate) fn is_head(&self) -> bool {
         self.waiters.with(|lines| {

@@ -92,6 +92,10 @@ pub(crate) struct Claim {
     pub kind: Kind,
     pub lease: Duration,
     pub waiter_lease: Duration,
+    /// Whether other callers of this client wait behind this one on the
+    /// key: a shared kind's grant then keeps the key marked as waited for,
+    /// so that the next release that opens a place tells them.
+    pub others_wait: bool,
 }
 
 /// The answer to an acquire.

@@ -66,6 +66,7 @@ pub(crate) async fn acquire(
         kind,
         millis(claim.waiter_lease),
         count,
+        u8::from(claim.others_wait),
     );
     let call = ScriptCall::new(&ACQUIRE, key, args, owner.len() + 40);
     if route.sync().is_some() {

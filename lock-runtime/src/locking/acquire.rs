@@ -108,6 +108,7 @@ async fn take(
         kind: term.kind,
         lease: term.lease,
         waiter_lease: term.waiter_lease,
+        others_wait: false,
     };
 
     // Try at once, unless others here already wait for this key: then queue
@@ -261,7 +262,11 @@ impl Line<'_> {
             if beat || tries(head, timer, ticket.named()) {
                 let sent = Instant::now();
                 *self.attempts += 1;
-                let answer = attempt(self.client, self.lane, self.key, self.owner, self.claim);
+                let claim = Claim {
+                    others_wait: ticket.others_wait(),
+                    ..self.claim
+                };
+                let answer = attempt(self.client, self.lane, self.key, self.owner, claim);
                 match answer.await {
                     Ok(refused @ (Acquire::Held(ttl) | Acquire::Queued(ttl))) => {
                         // Only a refusal that kept a place needs a

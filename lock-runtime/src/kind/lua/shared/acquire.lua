@@ -7,6 +7,10 @@
 -- ARGV[4]  the waiter lease in milliseconds: how long a fair waiter's
 --          place lives without a heartbeat (its next request)
 -- ARGV[5]  for `p`: the count N (the hash keeps the kind as `p:<N>`)
+-- ARGV[6]  `1` when other callers of the same client wait behind this one:
+--          a grant then marks the key as waited for, so that the next
+--          release that opens a place publishes (they were never refused
+--          themselves: only the head of a client's line asks)
 -- Returns:
 -- {token, room} when ARGV[1] holds it now: its fencing token (the next one
 -- for the key: tokens rise across kinds; or its own, when it held it
@@ -122,6 +126,9 @@ if set_kind then
   redis.call('hset', key, 'k', kind, 'f', text, 'h:' .. owner, hold)
 else
   redis.call('hset', key, 'f', text, 'h:' .. owner, hold)
+end
+if ARGV[6] == '1' then
+  redis.call('hset', key, 'w', '1')
 end
 if kind == 'q' and #h.queue > 0 and h.queue[1][2] == owner then
   redis.call('hdel', key, 'q:' .. string.format('%d', h.queue[1][1]))

@@ -45,10 +45,15 @@ pub(crate) async fn acquire(
     let drift = b.drift(lease);
     let mut tokens = Vec::new();
     let mut ttls = Vec::new();
+    let mut queued = 0;
     for answer in &answers {
         match answer {
             Ok(Acquire::Acquired(token) | Acquire::Shared { token, .. }) => tokens.push(*token),
-            Ok(Acquire::Held(ttl) | Acquire::Queued(ttl)) => ttls.push(*ttl),
+            Ok(Acquire::Held(ttl)) => ttls.push(*ttl),
+            Ok(Acquire::Queued(ttl)) => {
+                queued += 1;
+                ttls.push(*ttl);
+            }
             // Redlock nodes are independent masters: never asked to wait
             // for replicas.
             Ok(Acquire::NotReplicated { .. }) | Err(_) => {}
@@ -77,8 +82,14 @@ pub(crate) async fn acquire(
     }
     if tokens.is_empty() && ttls.len() >= b.quorum() {
         // Another owner holds a majority: wait for the earliest expiry,
-        // or for a release notice.
-        return Ok(Acquire::Held(ttls.into_iter().flatten().min()));
+        // or for a release notice. A writer whose claim ahead of new
+        // readers a majority keeps renews it while it waits, and withdraws
+        // it (a release on every node) when it gives up.
+        let ttl = ttls.into_iter().flatten().min();
+        if queued >= b.quorum() {
+            return Ok(Acquire::Queued(ttl));
+        }
+        return Ok(Acquire::Held(ttl));
     }
     // Some nodes granted it but not a majority: a split vote, a release
     // that has reached only some nodes yet (its notice may have woken us

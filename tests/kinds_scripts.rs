@@ -350,11 +350,20 @@ fn a_waiter_whose_place_lapsed_takes_a_new_one_rather_than_hang() {
     assert!(matches!(answer(lapsing), Answer::Queued(_)));
     // b was paused past its waiter lease: c is first now.
     std::thread::sleep(std::time::Duration::from_millis(400));
-    assert!(matches!(take(&mut con, "c:1", "q", 0, LONG), Answer::Queued(_)));
+    assert!(matches!(
+        take(&mut con, "c:1", "q", 0, LONG),
+        Answer::Queued(_)
+    ));
     // b asks again: a new ticket, behind c; it is served after c.
-    assert!(matches!(take(&mut con, "b:1", "q", 0, LONG), Answer::Queued(_)));
+    assert!(matches!(
+        take(&mut con, "b:1", "q", 0, LONG),
+        Answer::Queued(_)
+    ));
     assert_eq!(give_back(&mut con, "shared_release", "a:1"), 1);
-    assert!(matches!(take(&mut con, "b:1", "q", 0, LONG), Answer::Queued(_)));
+    assert!(matches!(
+        take(&mut con, "b:1", "q", 0, LONG),
+        Answer::Queued(_)
+    ));
     token(&take(&mut con, "c:1", "q", 0, LONG));
     assert_eq!(give_back(&mut con, "shared_release", "c:1"), 1);
     token(&take(&mut con, "b:1", "q", 0, LONG));
@@ -366,7 +375,10 @@ fn nothing_of_a_line_or_of_holders_outlives_them() {
     let mut con = server.connection();
     token(&take(&mut con, "a:1", "q", 0, LONG));
     for waiter in ["b:1", "c:1", "d:1"] {
-        assert!(matches!(take(&mut con, waiter, "q", 0, LONG), Answer::Queued(_)));
+        assert!(matches!(
+            take(&mut con, waiter, "q", 0, LONG),
+            Answer::Queued(_)
+        ));
     }
     assert_eq!(give_back(&mut con, "shared_release", "c:1"), -1);
     assert_eq!(give_back(&mut con, "shared_release", "a:1"), 1);
@@ -380,10 +392,16 @@ fn nothing_of_a_line_or_of_holders_outlives_them() {
     let pttl: i64 = redis::cmd("PTTL").arg(KEY).query(&mut con).expect("PTTL");
     assert!(pttl > 0 && pttl <= LONG as i64, "{pttl}");
     // Readers with short leases: the key ends with them, nothing lingers.
-    redis::cmd("DEL").arg(KEY).query::<()>(&mut con).expect("DEL");
+    redis::cmd("DEL")
+        .arg(KEY)
+        .query::<()>(&mut con)
+        .expect("DEL");
     token(&take(&mut con, "r:1", "r", 0, 200));
     token(&take(&mut con, "r:2", "r", 0, 300));
     std::thread::sleep(std::time::Duration::from_millis(500));
-    let exists: i64 = redis::cmd("EXISTS").arg(KEY).query(&mut con).expect("EXISTS");
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg(KEY)
+        .query(&mut con)
+        .expect("EXISTS");
     assert_eq!(exists, 0, "the key outlived its holders");
 }

@@ -75,18 +75,22 @@ pub(crate) async fn acquire(
         // release on every node.
         return Err(b.no_quorum(answered, answers));
     }
-    if !tokens.is_empty() || answers.iter().any(Result::is_err) {
-        // Not taken: give back what was taken, on every node, also where
-        // the acquire failed (it may still land there).
-        let _ = release_on_all(b, key, (owner, 0), (claim.kind, lease)).await;
+    // Another owner holds a majority: the caller waits. A writer whose
+    // claim ahead of new readers a majority keeps renews it while it waits,
+    // and withdraws it (a release on every node) when it gives up.
+    let waits = tokens.is_empty() && ttls.len() >= b.quorum();
+    let keeps_place = waits && queued >= b.quorum();
+    if !tokens.is_empty() || answers.iter().any(Result::is_err) || (queued > 0 && !keeps_place) {
+        // Not taken: give back what was taken, also where the acquire
+        // failed (it may still land there), and places no majority keeps;
+        // the places a majority keeps stay.
+        let kept = |i: usize| keeps_place && matches!(answers[i], Ok(Acquire::Queued(_)));
+        release_where(b, key, (owner, 0), (claim.kind, lease), |i| !kept(i)).await;
     }
-    if tokens.is_empty() && ttls.len() >= b.quorum() {
-        // Another owner holds a majority: wait for the earliest expiry,
-        // or for a release notice. A writer whose claim ahead of new
-        // readers a majority keeps renews it while it waits, and withdraws
-        // it (a release on every node) when it gives up.
+    if waits {
+        // Wait for the earliest expiry, or for a release notice.
         let ttl = ttls.into_iter().flatten().min();
-        if queued >= b.quorum() {
+        if keeps_place {
             return Ok(Acquire::Queued(ttl));
         }
         return Ok(Acquire::Held(ttl));
@@ -167,6 +171,37 @@ async fn release_on_all(
         }
     })
     .await
+}
+
+/// The release of `hold` (of `kind`) on the nodes whose index `send`
+/// picks, each within the node timeout; the answers do not matter.
+async fn release_where(
+    b: &RedlockBackend,
+    key: &str,
+    hold: (&str, u64),
+    (kind, lease): (Kind, Duration),
+    send: impl Fn(usize) -> bool,
+) {
+    let timeout = b.node_timeout();
+    let releases = b.nodes().iter().enumerate().map(|(i, node)| {
+        let send = send(i);
+        async move {
+            if !send {
+                return;
+            }
+            let node = &node.backend;
+            let release = async {
+                match kind {
+                    Kind::Exclusive => {
+                        exclusive::release(node, &Lane::Home, key, hold, lease).await
+                    }
+                    _ => shared::release(node, &Lane::Home, key, hold, lease).await,
+                }
+            };
+            let _ = tokio::time::timeout(timeout, release).await;
+        }
+    });
+    futures_util::future::join_all(releases).await;
 }
 
 /// A lock is renewed when a majority reset its lease, gone when a

@@ -85,7 +85,8 @@ local wait_until = nil
 local permits = tonumber(string.match(kind, '^p:(%d+)$'))
 if kind == 'r' then
   if h.ww then
-    wait_until = h.latest
+    -- Told when the writer leaves; its claim's end is unannounced.
+    wait_until = h.ww[2]
   end
 elseif kind == 'q' then
   if h.count > 0 then

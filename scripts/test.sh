@@ -89,11 +89,12 @@ if [ -n "$others" ]; then
 fi
 
 # The tests run on these families; the heavy ones (sentinel, cluster,
-# replicas) run their tests one at a time by themselves. `--workspace` as in
-# the first stage: the same features, so the same test binaries, not a
-# second build.
+# replicas, kinds_deployments) run their tests one at a time by themselves.
+# `--workspace` as in the first stage: the same features, so the same test
+# binaries, not a second build.
 family_tests=(ownership loss fencing scripts wait_timeout cancellation mutual_exclusion
-  reentrancy watchdog redlock acl errors operate replicas sentinel cluster kinds_scripts kinds)
+  reentrancy watchdog redlock acl errors operate replicas sentinel cluster kinds_scripts kinds
+  kinds_deployments)
 family_args=()
 for test in "${family_tests[@]}"; do family_args+=(--test "$test"); done
 

@@ -405,3 +405,26 @@ fn nothing_of_a_line_or_of_holders_outlives_them() {
         .expect("EXISTS");
     assert_eq!(exists, 0, "the key outlived its holders");
 }
+
+#[test]
+fn a_reader_behind_a_writers_claim_is_told_to_try_when_the_claim_would_lapse() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    token(&take(&mut con, "r:1", "r", 0, LONG));
+    // The writer's claim lives 300 ms unless renewed.
+    let queued: Value = script("acquire")
+        .key(KEY)
+        .arg("w:1")
+        .arg(LONG)
+        .arg(300)
+        .invoke(&mut con)
+        .expect("acquire.lua");
+    assert!(matches!(answer(queued), Answer::Queued(_)));
+    let Answer::Held(ttl) = take(&mut con, "r:2", "r", 0, LONG) else {
+        panic!("a reader behind the claim waits");
+    };
+    assert!(ttl <= 300, "told to wait {ttl} ms, past the claim's end");
+    // The writer died: its claim lapses, and the reader gets in.
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    assert!(matches!(take(&mut con, "r:2", "r", 0, LONG), Answer::Shared(_, true)));
+}

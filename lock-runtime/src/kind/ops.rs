@@ -25,7 +25,7 @@ impl Backend {
                 _ => shared::acquire(&route, lane, key, owner, claim).await?,
             }),
             Routed::Quorum(b) => polled_on(b.home(), quorum::acquire(b, key, owner, claim)).await,
-            Routed::Memory(b) => Ok(b.acquire(key, owner, claim)),
+            Routed::Memory(b) => b.acquire(key, owner, claim).map_err(BackendError::Redis),
         }
     }
 

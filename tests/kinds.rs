@@ -408,3 +408,47 @@ on_both_backends! {
         }
     }
 }
+
+on_both_backends! {
+    /// A writer that gives up behind a reader withdraws its claim, and a
+    /// reader that queued behind it gets in at once, not at its own wait's
+    /// end or the readers' lease.
+    async fn a_reader_behind_a_writer_that_gives_up_gets_in_at_once(env: Env) {
+        let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
+        let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
+        let client = env.client.clone();
+        let holder = tokio::spawn(async move {
+            client
+                .run_locked("claim", read(), async {
+                    let _ = entered_tx.send(());
+                    let _ = leave_rx.await;
+                    Ok::<_, LockError>(())
+                })
+                .await
+        });
+        entered_rx.await.expect("the reader is inside");
+        let client = env.client.clone();
+        let writer = tokio::spawn(async move {
+            let options = write().wait(Duration::from_millis(300));
+            client
+                .run_locked("claim", options, async { Ok::<_, LockError>(()) })
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let reader = env
+            .client
+            .run_locked("claim", read().wait(Duration::from_secs(10)), async {
+                Ok::<_, LockError>(Instant::now())
+            });
+        let gave_up = async {
+            let error = writer.await.expect("task").expect_err("the writer gives up");
+            assert!(matches!(error, LockError::Timeout { .. }), "{error}");
+            Instant::now()
+        };
+        let (entered, gave_up) = tokio::join!(reader, gave_up);
+        let after = entered.expect("the reader got in").saturating_duration_since(gave_up);
+        assert!(after < Duration::from_millis(1500), "the reader waited {after:?} more");
+        let _ = leave_tx.send(());
+        holder.await.expect("task").expect("holder");
+    }
+}

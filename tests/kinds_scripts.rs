@@ -426,5 +426,8 @@ fn a_reader_behind_a_writers_claim_is_told_to_try_when_the_claim_would_lapse() {
     assert!(ttl <= 300, "told to wait {ttl} ms, past the claim's end");
     // The writer died: its claim lapses, and the reader gets in.
     std::thread::sleep(std::time::Duration::from_millis(400));
-    assert!(matches!(take(&mut con, "r:2", "r", 0, LONG), Answer::Shared(_, true)));
+    assert!(matches!(
+        take(&mut con, "r:2", "r", 0, LONG),
+        Answer::Shared(_, true)
+    ));
 }

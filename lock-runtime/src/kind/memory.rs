@@ -11,7 +11,7 @@
 //! then takes whatever kind asks next.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use redis::RedisError;
@@ -27,14 +27,26 @@ use crate::clock::Clock;
 pub(crate) struct MemoryBackend {
     locks: Arc<Mutex<Locks>>,
     clock: Clock,
+    /// Told the key and the next waiter's owner id when a fair lock frees:
+    /// the notice a fair release publishes on Redis.
+    fair_notices: Arc<OnceLock<FairNotice>>,
 }
+
+/// What a fair release tells: the key and the next waiter's owner id.
+type FairNotice = Box<dyn Fn(&str, &str) + Send + Sync>;
 
 impl MemoryBackend {
     pub(crate) fn new(clock: Clock) -> Self {
         MemoryBackend {
             locks: Arc::default(),
             clock,
+            fair_notices: Arc::default(),
         }
+    }
+
+    /// Sets what a fair lock's release tells (once).
+    pub(crate) fn on_fair_release(&self, notice: impl Fn(&str, &str) + Send + Sync + 'static) {
+        let _ = self.fair_notices.set(Box::new(notice));
     }
 
     /// Runs `f` on the locks, with the clock's time now.
@@ -66,7 +78,11 @@ impl MemoryBackend {
     /// place in a line (a writer's claim, a fair waiter's ticket:
     /// [`Release::NotHeld`], as for anything else).
     pub(crate) fn release(&self, key: &str, owner: &str) -> Release {
-        self.with(|locks, now| locks.release(key, owner, now))
+        let (released, next) = self.with(|locks, now| locks.release(key, owner, now));
+        if let (Some(next), Some(notice)) = (next, self.fair_notices.get()) {
+            notice(key, &next);
+        }
+        released
     }
 
     /// Resets the lease of each item whose owner holds its key (any kind).
@@ -200,16 +216,23 @@ impl Locks {
         Ok(answer)
     }
 
-    /// [`MemoryBackend::release`] at `now`.
-    fn release(&mut self, key: &str, owner: &str, now: Instant) -> Release {
+    /// [`MemoryBackend::release`] at `now`, and for a fair lock left free
+    /// with waiters, the next one's owner id.
+    fn release(&mut self, key: &str, owner: &str, now: Instant) -> (Release, Option<String>) {
         let Some(state) = live(&mut self.keys, key, now) else {
-            return Release::NotHeld;
+            return (Release::NotHeld, None);
         };
         let (released, lives) = state.give_up(owner);
+        let next = match state {
+            State::Fair(Fair {
+                holder: None, line, ..
+            }) => line.values().next().map(|place| place.owner.to_string()),
+            _ => None,
+        };
         if !lives {
             self.keys.remove(key);
         }
-        released
+        (released, next)
     }
 
     /// [`MemoryBackend::renew`] at `now`.
@@ -525,8 +548,8 @@ impl Fair {
     /// A fair caller `owner` asks: its own hold again (its lease reset); the
     /// lock when nobody holds it and nobody waits ahead of it (its ticket
     /// given up); otherwise a place in the line (kept or taken, for the
-    /// waiter lease from now), queued until the holder's expiry, or the
-    /// first waiter's when the lock is free.
+    /// waiter lease from now), queued until the holder's expiry or the
+    /// earliest expiry of a place ahead, whichever comes first.
     fn enter(&mut self, owner: &str, claim: Claim, now: Instant, tokens: &mut Tokens) -> Acquire {
         if let Some((holder, hold)) = &mut self.holder {
             if **holder == *owner {
@@ -535,11 +558,16 @@ impl Fair {
                 return Acquire::Shared { token, room: false };
             }
         }
-        let wait_until = match (&self.holder, self.line.values().next()) {
-            (Some((_, hold)), _) => Some(hold.expires),
-            (None, Some(first)) if *first.owner != *owner => Some(first.expires),
-            (None, _) => None,
-        };
+        // The holder's expiry, and the places ahead: a waiter ahead whose
+        // place lapses (its process died) is unannounced.
+        let ahead = self
+            .line
+            .values()
+            .take_while(|place| *place.owner != *owner);
+        let wait_until = ahead
+            .map(|place| place.expires)
+            .chain(self.holder.as_ref().map(|(_, hold)| hold.expires))
+            .min();
         if let Some(until) = wait_until {
             self.keep_place(owner, now + claim.waiter_lease);
             return Acquire::Queued(Some(until.saturating_duration_since(now)));
@@ -617,6 +645,7 @@ mod tests {
             kind,
             lease: LEASE,
             waiter_lease: WAITER_LEASE,
+            others_wait: false,
         }
     }
 
@@ -655,7 +684,7 @@ mod tests {
         }
 
         fn release(&mut self, owner: &str) -> Release {
-            self.locks.release(KEY, owner, self.now)
+            self.locks.release(KEY, owner, self.now).0
         }
 
         fn renew(&mut self, owner: &str) -> Renewal {
@@ -889,11 +918,10 @@ mod tests {
         let mut b = Bench::new();
         b.token("h", Kind::Fair);
         b.advance(ms(100));
-        for waiter in ["a", "b", "c"] {
-            assert_eq!(
-                b.acquire(waiter, Kind::Fair),
-                Acquire::Queued(Some(ms(900)))
-            );
+        // The first waits for the holder; the others for the place ahead
+        // of them too, whose lapse nobody would announce.
+        for (waiter, until) in [("a", ms(900)), ("b", WAITER_LEASE), ("c", WAITER_LEASE)] {
+            assert_eq!(b.acquire(waiter, Kind::Fair), Acquire::Queued(Some(until)));
         }
         assert_eq!(b.release("h"), Release::Freed);
         // Free, but "a" is first: the others wait for its place's expiry.
@@ -901,7 +929,10 @@ mod tests {
         assert_eq!(b.acquire("c", Kind::Fair), place_left);
         assert_eq!(b.acquire("b", Kind::Fair), place_left);
         assert_eq!(b.acquire("a", Kind::Fair), shared(2, false));
-        assert_eq!(b.acquire("c", Kind::Fair), Acquire::Queued(Some(LEASE)));
+        assert_eq!(
+            b.acquire("c", Kind::Fair),
+            Acquire::Queued(Some(WAITER_LEASE))
+        );
         assert_eq!(b.release("a"), Release::Freed);
         assert!(matches!(b.acquire("c", Kind::Fair), Acquire::Queued(_)));
         assert_eq!(b.acquire("b", Kind::Fair), shared(3, false));

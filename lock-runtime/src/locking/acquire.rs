@@ -390,6 +390,9 @@ fn give_back_later(
                 .release(&Lane::Home, &key, hold, (kind, lease))
                 .await;
         }
+        // What it gave back (a place in a line holding readers back, say)
+        // may let this client's waiters in; its notice skips this client.
+        owned.inner.waiters.wake_release(key.as_bytes(), 0);
     });
 }
 

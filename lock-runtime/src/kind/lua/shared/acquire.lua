@@ -91,8 +91,15 @@ if kind == 'r' then
 elseif kind == 'q' then
   if h.count > 0 then
     wait_until = h.earliest
-  elseif #h.queue > 0 and h.queue[1][2] ~= owner then
-    wait_until = h.queue[1][3]
+  end
+  -- A waiter ahead whose place lapses (its process died) is unannounced.
+  for _, waiter in ipairs(h.queue) do
+    if waiter[2] == owner then
+      break
+    end
+    if not wait_until or waiter[3] < wait_until then
+      wait_until = waiter[3]
+    end
   end
 elseif h.count >= permits then
   wait_until = h.earliest

@@ -20,26 +20,67 @@ pub const POLL: Duration = Duration::from_millis(50);
 /// The library's key prefix.
 pub const PREFIX: &str = "lock:";
 
-/// The library's own scripts, called directly: the floor.
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../../lock-runtime/src/kind/lua/exclusive/read.lua"),
-        include_str!("../../lock-runtime/src/kind/lua/exclusive/acquire.lua")
-    ))
-});
-static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(concat!(
-        include_str!("../../lock-runtime/src/kind/lua/exclusive/read.lua"),
-        include_str!("../../lock-runtime/src/kind/lua/exclusive/release.lua")
-    ))
-});
+/// `read.lua`, `hash.lua`, then `lua/<dir>/<name>.lua` of lock-runtime:
+/// a script as lock-runtime builds it (its `kind/sources.rs`).
+macro_rules! runtime_script {
+    ($dir:literal, $name:literal) => {
+        concat!(
+            include_str!("../../lock-runtime/src/kind/lua/exclusive/read.lua"),
+            include_str!("../../lock-runtime/src/kind/lua/shared/hash.lua"),
+            include_str!(concat!(
+                "../../lock-runtime/src/kind/lua/",
+                $dir,
+                "/",
+                $name,
+                ".lua"
+            ))
+        )
+    };
+}
+
+/// The plain lock's acquire, as the library sends it.
+pub const ACQUIRE_SOURCE: &str = runtime_script!("exclusive", "acquire");
+/// The plain lock's release, as the library sends it.
+pub const RELEASE_SOURCE: &str = runtime_script!("exclusive", "release");
+/// The shared kinds' acquire (reader, permits, fair), as the library sends it.
+pub const SHARED_ACQUIRE_SOURCE: &str = runtime_script!("shared", "acquire");
+/// The shared kinds' release, as the library sends it.
+pub const SHARED_RELEASE_SOURCE: &str = runtime_script!("shared", "release");
+/// The plain lock's acquire before the lock kinds (commit 9c07927, copied
+/// unchanged into `src/lua/before-kinds/`): `read.lua`, then `acquire.lua`.
+pub const OLD_ACQUIRE_SOURCE: &str = concat!(
+    include_str!("lua/before-kinds/read.lua"),
+    include_str!("lua/before-kinds/acquire.lua")
+);
+/// The plain lock's release before the lock kinds (commit 9c07927).
+pub const OLD_RELEASE_SOURCE: &str = concat!(
+    include_str!("lua/before-kinds/read.lua"),
+    include_str!("lua/before-kinds/release.lua")
+);
+/// Today's plain acquire without `hash.lua` before it: the bench tells
+/// what prepending the shared kinds' functions costs apart from what the
+/// scripts themselves changed.
+pub const BARE_ACQUIRE_SOURCE: &str = concat!(
+    include_str!("../../lock-runtime/src/kind/lua/exclusive/read.lua"),
+    include_str!("../../lock-runtime/src/kind/lua/exclusive/acquire.lua")
+);
+/// Today's plain release without `hash.lua` before it.
+pub const BARE_RELEASE_SOURCE: &str = concat!(
+    include_str!("../../lock-runtime/src/kind/lua/exclusive/read.lua"),
+    include_str!("../../lock-runtime/src/kind/lua/exclusive/release.lua")
+);
+
+/// The library's own scripts, called directly, as the library builds them:
+/// the floor.
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
 /// A fencing token from acquire.lua, given back to release.lua (`ARGV[3]`).
 pub type Token = i64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Who {
-    /// acquire.lua + release.lua by EVALSHA on one multiplexed connection;
-    /// a failed acquire is retried at once.
+    /// acquire.lua + release.lua (as the library builds them) by EVALSHA on
+    /// one multiplexed connection; a failed acquire is retried at once.
     Floor,
     /// `#[distributed_lock]` on the global client.
     Library,
@@ -217,6 +258,11 @@ impl Floor {
             con,
             client_id: format!("floor-{}", std::process::id()),
         })
+    }
+
+    /// The floor's connection (a handle on the same multiplexed one).
+    pub fn connection(&self) -> MultiplexedConnection {
+        self.con.clone()
     }
 
     /// One acquire.lua call: the fencing token if `owner` holds `key` now.

@@ -1,12 +1,22 @@
-//! The benchmark of issue 5: this library side by side with the raw floor
-//! (its own Lua scripts called directly) and rslock, in one run, against a
+//! The benchmark of lock-runtime: this library side by side with the raw
+//! floor (its own Lua scripts called directly) and rslock, and its lock
+//! kinds side by side with its plain lock, in one run, against a
 //! redis-server that the bench starts on loopback and stops by pid.
 //!
 //! ```text
 //! cargo run --release -p lock-bench              # the full run, a few minutes
 //! cargo run --release -p lock-bench -- --smoke   # tiny counts, seconds (CI)
 //! cargo run --release -p lock-bench -- --runs 3 --only a,b
+//! cargo run --release -p lock-bench -- --runs 3 --only g,h,i,j   # the kinds
 //! ```
+//!
+//! The workloads: (a) uncontended calls, (b) 64 tasks on 64 keys, (c) 8
+//! tasks on one key, (d) nested calls, (e) 10 000 locks held with renewal,
+//! (f) a Redis Cluster (see `workloads.rs`, `cluster.rs`); the lock kinds
+//! (see `kinds.rs`): (g) uncontended pairs of each kind (plain, read,
+//! permits 8, fair), (h) the same pairs as raw script calls, with the plain
+//! lock's scripts from before the kinds, (i) 8 readers and a writer on one
+//! key, (j) a fair lock handed round 3 clients.
 //!
 //! `LOCK_BENCH_DEBUG=1` also prints, to stderr, the waits over 50 ms in
 //! (c) and the server's time per command in (b).
@@ -18,6 +28,7 @@ mod alloc;
 mod cluster;
 mod contenders;
 mod cpu;
+mod kinds;
 mod report;
 mod server;
 mod stats;
@@ -26,6 +37,7 @@ mod workloads;
 use std::process::ExitCode;
 
 use contenders::{Lockers, Who};
+use kinds::{Kind, Raw};
 use lock_runtime::LockClient;
 use report::{Flavor, Runs};
 use workloads::{Bench, Config, Mode};
@@ -45,7 +57,7 @@ fn args() -> Result<Args, String> {
         smoke: false,
         current_thread_only: false,
         runs: None,
-        only: "abcdef".into(),
+        only: "abcdefghij".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -58,7 +70,7 @@ fn args() -> Result<Args, String> {
             }
             "--only" => args.only = it.next().ok_or("--only needs workloads, e.g. a,c")?,
             "-h" | "--help" => return Err(
-                "usage: lock-bench [--smoke] [--runs N] [--only a,b,c,d,e,f] [--current-thread-only]"
+                "usage: lock-bench [--smoke] [--runs N] [--only a,b,c,d,e,f,g,h,i,j] [--current-thread-only]"
                     .into(),
             ),
             other => return Err(format!("unknown argument `{other}` (try --help)")),
@@ -111,6 +123,7 @@ impl Side {
         flavor: Flavor,
         url: &str,
         client: &LockClient,
+        others: &[LockClient],
         server_pid: u32,
     ) -> Result<Side, String> {
         let runtime = match flavor {
@@ -134,6 +147,7 @@ impl Side {
                 client: client.clone(),
                 admin,
                 server_pid,
+                others: others.to_vec(),
             })
         })?;
         Ok(Side { runtime, bench })
@@ -162,9 +176,15 @@ fn run(cfg: &Config, only: &str, current_thread_only: bool) -> Result<Vec<String
             .block_on(LockClient::connect(&server.url))
             .map_err(|e| e.to_string())?;
         lock_runtime::init(client.clone()).map_err(|e| e.to_string())?;
+        // Each with a thread of its own, like the global client.
+        let others = (0..3)
+            .map(|_| runtime.block_on(LockClient::connect(&server.url)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| e.to_string())?;
         drop(runtime);
-        let multi = Side::new(Flavor::MultiThread, &server.url, &client, server.pid())?;
-        let current = Side::new(Flavor::CurrentThread, &server.url, &client, server.pid())?;
+        let (url, pid) = (&server.url, server.pid());
+        let multi = Side::new(Flavor::MultiThread, url, &client, &others, pid)?;
+        let current = Side::new(Flavor::CurrentThread, url, &client, &others, pid)?;
         [multi, current]
     };
     let flavors: &[Flavor] = if current_thread_only {
@@ -217,6 +237,30 @@ fn run(cfg: &Config, only: &str, current_thread_only: bool) -> Result<Vec<String
                         runs.e.push((run, who, r));
                     }
                 }
+                if only.contains('g') {
+                    let list = rotate(&Kind::ALL, run);
+                    let r = kinds::library_pairs(bench, &list, cfg).await?;
+                    runs.g
+                        .extend(list.into_iter().zip(r).map(|(k, r)| (run, k, r)));
+                }
+                if only.contains('h') {
+                    let list = rotate(&Raw::ALL, run);
+                    let r = kinds::raw_pairs(bench, &list, cfg).await?;
+                    runs.h
+                        .extend(list.into_iter().zip(r).map(|(k, r)| (run, k, r)));
+                }
+                if only.contains('i') {
+                    for kind in rotate(&[Kind::Read, Kind::Plain], run) {
+                        let r = kinds::readers_writer(bench, kind, cfg).await?;
+                        runs.i.push((run, kind, r));
+                    }
+                }
+                if only.contains('j') {
+                    for kind in rotate(&[Kind::Fair, Kind::Plain], run) {
+                        let r = kinds::handoff(bench, kind, cfg).await?;
+                        runs.j.push((run, kind, r));
+                    }
+                }
                 Ok(())
             })?;
         }
@@ -231,7 +275,7 @@ fn run(cfg: &Config, only: &str, current_thread_only: bool) -> Result<Vec<String
     Ok(runs.problems())
 }
 
-fn rotate(list: &[Who], by: usize) -> Vec<Who> {
+fn rotate<T: Clone>(list: &[T], by: usize) -> Vec<T> {
     let mut v = list.to_vec();
     let n = v.len();
     v.rotate_left(by % n);

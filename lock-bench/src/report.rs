@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::contenders::Who;
+use crate::kinds::{Handoff, Kind, Pairs, Raw, ReadersWriter, I_READERS, ORDER_MARGIN};
 use crate::stats::median;
 use crate::workloads::{Config, Contended, Held, Mode, Nested, Parallel, Uncontended};
 
@@ -34,6 +35,10 @@ pub struct Runs {
     pub c: Vec<(usize, (Who, Mode), Contended)>,
     pub d: Vec<(usize, Who, Nested)>,
     pub e: Vec<(usize, Who, Held)>,
+    pub g: Vec<(usize, Kind, Pairs)>,
+    pub h: Vec<(usize, Raw, Pairs)>,
+    pub i: Vec<(usize, Kind, ReadersWriter)>,
+    pub j: Vec<(usize, Kind, Handoff)>,
 }
 
 impl Runs {
@@ -59,6 +64,22 @@ impl Runs {
                 problems.push(format!(
                     "(e) run {run}: {who} lost {} of {} locks",
                     e.expired, e.locks
+                ));
+            }
+        }
+        for (run, kind, i) in &self.i {
+            if i.overlaps > 0 {
+                problems.push(format!(
+                    "(i) run {run}: {kind}: {} critical sections overlapped a writer's (or, plain, each other)",
+                    i.overlaps
+                ));
+            }
+        }
+        for (run, kind, j) in &self.j {
+            if j.overlaps > 0 {
+                problems.push(format!(
+                    "(j) run {run}: {kind}: {} critical sections overlapped",
+                    j.overlaps
                 ));
             }
         }
@@ -433,6 +454,275 @@ pub fn render(cfg: &Config, runs: &Runs) -> String {
 
     if !targets.is_empty() {
         let _ = writeln!(o, "### Targets (issue 5)\n");
+        let _ = writeln!(o, "| target | measured (median of runs) | |");
+        let _ = writeln!(o, "|---|---|---|");
+        for (what, measured, ok) in targets {
+            let _ = writeln!(o, "| {what} | {measured} | {} |", verdict(ok));
+        }
+        let _ = writeln!(o);
+    }
+    out.push_str(&render_kinds(cfg, runs));
+    out
+}
+
+/// `f(who) / f(base)` for each run that measured both, in run order.
+fn ratios<K: PartialEq + Copy, T>(
+    rows: &[(usize, K, T)],
+    who: K,
+    base: K,
+    f: impl Fn(&T) -> f64,
+) -> Vec<f64> {
+    rows.iter()
+        .filter(|r| r.1 == who)
+        .filter_map(|r| {
+            let b = rows.iter().find(|b| b.0 == r.0 && b.1 == base)?;
+            Some(f(&r.2) / f(&b.2))
+        })
+        .collect()
+}
+
+/// "1.21x (1.19x, 1.21x, 1.30x)": the median of per-run ratios, then each
+/// run's.
+fn ratio_runs(v: &[f64]) -> String {
+    if v.is_empty() {
+        return "-".into();
+    }
+    let each: Vec<String> = v.iter().map(|&r| x(r)).collect();
+    format!("{} ({})", x(median(v)), each.join(", "))
+}
+
+/// The round trips per pair of each run, in run order.
+fn round_trips_runs<K: PartialEq + Copy>(rows: &[(usize, K, Pairs)], who: K) -> Vec<f64> {
+    rows.iter()
+        .filter(|r| r.1 == who)
+        .map(|r| r.2.round_trips())
+        .collect()
+}
+
+/// The median run of `who` by `f`.
+fn median_run<K: PartialEq + Copy, T>(
+    rows: &[(usize, K, T)],
+    who: K,
+    f: impl Fn(&T) -> f64,
+) -> Option<&T> {
+    let mut v: Vec<&T> = rows.iter().filter(|r| r.1 == who).map(|r| &r.2).collect();
+    v.sort_by(|a, b| f(a).total_cmp(&f(b)));
+    v.get(v.len() / 2).copied()
+}
+
+/// The lock kinds' workloads: (g) to (j), and their targets.
+fn render_kinds(cfg: &Config, runs: &Runs) -> String {
+    let mut out = String::new();
+    let o = &mut out;
+    let mut targets: Vec<(String, String, bool)> = Vec::new();
+
+    if !runs.g.is_empty() {
+        let g = &runs.g;
+        let _ = writeln!(
+            o,
+            "### (g) Uncontended pairs per lock kind: acquire + release, one task, one key per kind, \
+             the global client's `run_locked`, multi-thread runtime ({} pairs per run)\n",
+            cfg.g_pairs
+        );
+        let _ = writeln!(o, "| kind | p50 | p99 | round trips per pair (commands) | Redis CPU per pair (INFO cpu) | vs plain: median (each run) | Redis time in commands per pair (commandstats) | vs plain: median (each run) | client CPU per pair |");
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|");
+        for kind in Kind::ALL {
+            let _ = writeln!(
+                o,
+                "| {kind} | {} | {} | {} | {:.1} µs | {} | {:.1} µs | {} | {:.0} µs |",
+                us(med(g, kind, |r| secs(r.p50))),
+                us(med(g, kind, |r| secs(r.p99))),
+                commands_of(g, kind, |r| r.pairs, |r| &r.commands),
+                med(g, kind, |r| r.server_us()),
+                ratio_runs(&ratios(g, kind, Kind::Plain, |r| r.server_us())),
+                med(g, kind, |r| r.in_commands_us()),
+                ratio_runs(&ratios(g, kind, Kind::Plain, |r| r.in_commands_us())),
+                med(g, kind, |r| r.client_us()),
+            );
+        }
+        let _ = writeln!(
+            o,
+            "\nRedis CPU is the server's `used_cpu_user + used_cpu_sys` over the window (its network \
+             work included); time in commands is INFO commandstats' `usec` of the commands clients \
+             sent (a script's time includes what it calls). The kinds take turns in blocks of 500 \
+             pairs, so that the machine's other work weighs on all alike. Ratios are per run, both \
+             sides from the same run.\n"
+        );
+        for kind in [Kind::Read, Kind::Permits, Kind::Fair] {
+            let trips = round_trips_runs(g, kind);
+            let exact = !trips.is_empty() && trips.iter().all(|&n| (n * 100.0).round() == 200.0);
+            targets.push((
+                format!("(g) {kind}: 2 round trips per uncontended pair (every run)"),
+                format!("{:.2} per pair", median(&trips)),
+                exact,
+            ));
+        }
+        for kind in [Kind::Read, Kind::Permits, Kind::Fair] {
+            let r = median(&ratios(g, kind, Kind::Plain, |r| r.server_us()));
+            targets.push((
+                format!("(g) {kind}: Redis CPU per pair at most 1.3x the plain lock's (INFO cpu)"),
+                x(r),
+                r <= 1.3,
+            ));
+            let r = median(&ratios(g, kind, Kind::Plain, |r| r.in_commands_us()));
+            targets.push((
+                format!(
+                    "(g) {kind}: Redis time in commands per pair at most 1.3x the plain lock's (commandstats)"
+                ),
+                x(r),
+                r <= 1.3,
+            ));
+        }
+    }
+
+    if !runs.h.is_empty() {
+        let h = &runs.h;
+        let _ = writeln!(
+            o,
+            "### (h) The same pairs as raw script calls (EVALSHA on one connection, one key each), \
+             the plain lock's scripts before and after the kinds ({} pairs per run)\n",
+            cfg.g_pairs
+        );
+        let _ = writeln!(o, "| scripts | p50 | round trips per pair (commands) | Redis CPU per pair (INFO cpu) | vs today's plain | Redis time in commands per pair (commandstats) | vs plain before the kinds: median (each run) | vs today's plain: median (each run) |");
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|");
+        for raw in Raw::ALL {
+            let _ = writeln!(
+                o,
+                "| {raw} | {} | {} | {:.1} µs | {} | {:.2} µs | {} | {} |",
+                us(med(h, raw, |r| secs(r.p50))),
+                commands_of(h, raw, |r| r.pairs, |r| &r.commands),
+                med(h, raw, |r| r.server_us()),
+                x(median(&ratios(h, raw, Raw::Plain, |r| r.server_us()))),
+                med(h, raw, |r| r.in_commands_us()),
+                ratio_runs(&ratios(h, raw, Raw::OldPlain, |r| r.in_commands_us())),
+                ratio_runs(&ratios(h, raw, Raw::Plain, |r| r.in_commands_us())),
+            );
+        }
+        let _ = writeln!(
+            o,
+            "\nThe scripts take turns in blocks of 500 pairs, as in (g). Where a pair's time in \
+             commands goes (the median run; per pair; \"Lua\" is the scripts' time less the commands \
+             they call: the Lua code, and the calls' passage between Lua and Redis):\n"
+        );
+        for raw in Raw::ALL {
+            if let Some(r) = median_run(h, raw, |r| r.in_commands_us()) {
+                let c = &r.commands;
+                let per = r.pairs.max(1) as f64;
+                let lua = c.script_usec().saturating_sub(c.inside_usec()) as f64 / per;
+                let _ = writeln!(
+                    o,
+                    "- {raw}: scripts {:.2} µs = Lua {lua:.2} µs + calls: {}",
+                    c.script_usec() as f64 / per,
+                    c.inside_per_op(r.pairs)
+                );
+            }
+        }
+        let _ = writeln!(o);
+    }
+
+    if !runs.i.is_empty() {
+        let i = &runs.i;
+        let _ = writeln!(
+            o,
+            "### (i) {I_READERS} readers (the global client) and 1 writer (a client of its own) on one key: \
+             1 ms bodies, the writer every 50 ms; {:.1} s per run\n",
+            secs(cfg.i_time)
+        );
+        let _ = writeln!(o, "| locks | reader sections per second | vs all plain | writer sections | writer wait p50 | writer wait p99 | writer's longest wait (worst run) | reader wait p99 | reader's longest wait (worst run) | most readers inside at once | overlaps | gave up (10 s) | round trips per section (commands) |");
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for kind in [Kind::Read, Kind::Plain] {
+            let name = match kind {
+                Kind::Read => "readers read, the writer writes",
+                _ => "all nine take the plain lock",
+            };
+            let _ = writeln!(
+                o,
+                "| {name} | {:.0} | {} | {:.0} | {} | {} | {} | {} | {} | {:.0} | {:.0} | {:.0} | {} |",
+                med(i, kind, |r| r.reader_sections_per_sec),
+                x(median(&ratios(i, kind, Kind::Plain, |r| r.reader_sections_per_sec))),
+                med(i, kind, |r| r.writer_sections as f64),
+                us(med(i, kind, |r| secs(r.writer_wait_p50))),
+                us(med(i, kind, |r| secs(r.writer_wait_p99))),
+                us(worst(i, kind, |r| secs(r.writer_wait_max))),
+                us(med(i, kind, |r| secs(r.reader_wait_p99))),
+                us(worst(i, kind, |r| secs(r.reader_wait_max))),
+                med(i, kind, |r| r.most_readers as f64),
+                worst(i, kind, |r| r.overlaps as f64),
+                worst(i, kind, |r| r.timeouts as f64),
+                commands_of(
+                    i,
+                    kind,
+                    |r| r.reader_sections + r.writer_sections,
+                    |r| &r.commands
+                ),
+            );
+        }
+        let _ = writeln!(o);
+        let ov = worst(i, Kind::Read, |r| r.overlaps as f64);
+        targets.push((
+            "(i) no reader inside with the writer (worst run)".into(),
+            format!("{ov:.0}"),
+            ov == 0.0,
+        ));
+    }
+
+    if !runs.j.is_empty() {
+        let j = &runs.j;
+        let _ = writeln!(
+            o,
+            "### (j) One key handed round 3 clients (3 `LockClient`s, a task on each, bodies that yield once, \
+             each calls again at once); {:.1} s per run\n",
+            secs(cfg.j_time)
+        );
+        let _ = writeln!(o, "| lock | critical sections per second | hand-off p50 (to another client) | hand-off p99 | holder changed | wait p50 | wait p99 | longest wait (worst run) | out of order: pairs (worst run) | calls served ahead of an earlier waiter (worst run) | overlaps | gave up (10 s) | round trips per section (commands) |");
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+        for kind in [Kind::Fair, Kind::Plain] {
+            let _ = writeln!(
+                o,
+                "| {kind} | {:.0} | {} | {} | {:.0}% | {} | {} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
+                med(j, kind, |r| r.sections_per_sec),
+                us(med(j, kind, |r| secs(r.handoff_p50))),
+                us(med(j, kind, |r| secs(r.handoff_p99))),
+                100.0 * med(j, kind, |r| r.changed),
+                us(med(j, kind, |r| secs(r.wait_p50))),
+                us(med(j, kind, |r| secs(r.wait_p99))),
+                us(worst(j, kind, |r| secs(r.wait_max))),
+                worst(j, kind, |r| r.inversions as f64),
+                worst(j, kind, |r| r.served_early as f64),
+                worst(j, kind, |r| r.overlaps as f64),
+                worst(j, kind, |r| r.timeouts as f64),
+                commands_of(j, kind, |r| r.sections, |r| &r.commands),
+            );
+        }
+        let _ = writeln!(
+            o,
+            "\nA hand-off runs from a holder's body's end to the next holder's body's start, one \
+             monotonic clock in this process. Out of order: a call that began to wait more than {} \
+             before another, yet entered after it.\n",
+            us(secs(ORDER_MARGIN))
+        );
+        let p = med(j, Kind::Fair, |r| secs(r.handoff_p50));
+        let runs_p: Vec<String> = j
+            .iter()
+            .filter(|r| r.1 == Kind::Fair)
+            .map(|r| us(secs(r.2.handoff_p50)))
+            .collect();
+        targets.push((
+            "(j) fair: hand-off p50 under 1 ms (each run)".into(),
+            format!("{} ({})", us(p), runs_p.join(", ")),
+            p < 1e-3,
+        ));
+        let inv = worst(j, Kind::Fair, |r| r.inversions as f64);
+        targets.push((
+            "(j) fair: no call served ahead of one that began to wait 5 ms earlier (worst run)"
+                .into(),
+            format!("{inv:.0}"),
+            inv == 0.0,
+        ));
+    }
+
+    if !targets.is_empty() {
+        let _ = writeln!(o, "### Targets of the lock kinds\n");
         let _ = writeln!(o, "| target | measured (median of runs) | |");
         let _ = writeln!(o, "|---|---|---|");
         for (what, measured, ok) in targets {

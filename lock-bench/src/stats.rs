@@ -50,8 +50,24 @@ const OURS: &[&str] = &[
 /// (see [`Commands::round_trips`]).
 const INSIDE_SCRIPTS: &[&str] = &[
     "exists", "hexists", "hincrby", "pexpire", "pttl", "hget", "hmget", "hlen", "hset", "hdel",
-    "time", "del", "publish", "spublish", "get", "set",
+    "hgetall", "type", "time", "del", "publish", "spublish", "get", "set",
 ];
+
+/// The CPU time (user + system) that the server has used so far, from
+/// INFO cpu (`used_cpu_user` + `used_cpu_sys`, in µs as getrusage gives
+/// them): finer than /proc's 10 ms ticks.
+pub async fn server_cpu(con: &mut MultiplexedConnection) -> redis::RedisResult<Duration> {
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(con).await?;
+    let seconds: f64 = info
+        .lines()
+        .filter_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            matches!(name, "used_cpu_user" | "used_cpu_sys")
+                .then(|| value.trim().parse::<f64>().ok())?
+        })
+        .sum();
+    Ok(Duration::from_secs_f64(seconds))
+}
 
 /// Calls per command name, as INFO commandstats reports them, and the
 /// server's time inside them (µs, a script's including what it calls).
@@ -94,6 +110,16 @@ impl Commands {
             usec.insert(name.to_owned(), field("usec="));
         }
         Ok(Commands(calls, usec))
+    }
+
+    /// Adds `other`'s counts and times to these.
+    pub fn add(&mut self, other: &Commands) {
+        for (name, n) in &other.0 {
+            *self.0.entry(name.clone()).or_default() += n;
+        }
+        for (name, usec) in &other.1 {
+            *self.1.entry(name.clone()).or_default() += usec;
+        }
     }
 
     pub fn get(&self, name: &str) -> u64 {
@@ -140,6 +166,50 @@ impl Commands {
             .iter()
             .map(|name| self.1.get(*name).copied().unwrap_or(0))
             .sum()
+    }
+
+    /// Server time (µs) inside the commands that scripts called.
+    pub fn inside_usec(&self) -> u64 {
+        self.inside().map(|(_, _, usec)| usec).sum()
+    }
+
+    /// The commands that scripts called, with their calls and time (µs).
+    fn inside(&self) -> impl Iterator<Item = (&str, u64, u64)> {
+        let direct_sets = self.get("time") == 0;
+        self.0
+            .iter()
+            .filter(move |(name, n)| {
+                **n > 0
+                    && INSIDE_SCRIPTS.contains(&name.as_str())
+                    && !(direct_sets && *name == "set")
+            })
+            .map(|(name, n)| {
+                let usec = self.1.get(name).copied().unwrap_or(0);
+                (name.as_str(), *n, usec)
+            })
+    }
+
+    /// "hgetall 2.00 (1.10 µs)" for each command that scripts called, per
+    /// `per` operations, the most time first.
+    pub fn inside_per_op(&self, per: u64) -> String {
+        let per = per.max(1) as f64;
+        let mut parts: Vec<(&str, u64, u64)> = self.inside().collect();
+        parts.sort_by_key(|&(name, _, usec)| (std::cmp::Reverse(usec), name));
+        let parts: Vec<String> = parts
+            .iter()
+            .map(|(name, n, usec)| {
+                format!(
+                    "{name} {:.2} ({:.2} µs)",
+                    *n as f64 / per,
+                    *usec as f64 / per
+                )
+            })
+            .collect();
+        if parts.is_empty() {
+            "none".into()
+        } else {
+            parts.join(", ")
+        }
     }
 
     /// "evalsha 2.00" for each command sent by clients, per `per` operations.

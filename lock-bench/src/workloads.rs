@@ -1,4 +1,5 @@
-//! The five workloads of the bench, each for one contender at a time.
+//! The first five workloads of the bench, each for one contender at a
+//! time (the lock kinds' are in `kinds.rs`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,6 +28,12 @@ pub struct Config {
     pub e_locks: usize,
     pub e_hold: Duration,
     pub e_runs: usize,
+    /// (g), (h): pairs per kind per run.
+    pub g_pairs: usize,
+    /// (i): how long the readers and the writer run.
+    pub i_time: Duration,
+    /// (j): how long the 3 clients hand the lock round.
+    pub j_time: Duration,
 }
 
 impl Config {
@@ -42,6 +49,9 @@ impl Config {
             e_locks: 10_000,
             e_hold: Duration::from_secs(7),
             e_runs: 3,
+            g_pairs: 10_000,
+            i_time: Duration::from_secs(10),
+            j_time: Duration::from_secs(5),
         }
     }
 
@@ -58,6 +68,9 @@ impl Config {
             e_locks: 200,
             e_hold: Duration::from_millis(1_300),
             e_runs: 1,
+            g_pairs: 50,
+            i_time: Duration::from_secs(2),
+            j_time: Duration::from_millis(500),
         }
     }
 }
@@ -70,16 +83,19 @@ pub struct Bench {
     /// The bench's own connection: INFO, CONFIG RESETSTAT, FLUSHALL, DBSIZE.
     pub admin: MultiplexedConnection,
     pub server_pid: u32,
+    /// Three more clients of the library, each with its own connections and
+    /// thread, as three processes would have: (i)'s writer, (j)'s holders.
+    pub others: Vec<LockClient>,
 }
 
-type Res<T> = Result<T, String>;
+pub(crate) type Res<T> = Result<T, String>;
 
-fn redis_err(e: redis::RedisError) -> String {
+pub(crate) fn redis_err(e: redis::RedisError) -> String {
     format!("redis: {e}")
 }
 
 impl Bench {
-    async fn fresh(&self) -> Res<()> {
+    pub(crate) async fn fresh(&self) -> Res<()> {
         let mut admin = self.admin.clone();
         redis::cmd("FLUSHALL")
             .query_async::<()>(&mut admin)
@@ -88,13 +104,13 @@ impl Bench {
         Commands::reset(&mut admin).await.map_err(redis_err)
     }
 
-    async fn reset(&self) -> Res<()> {
+    pub(crate) async fn reset(&self) -> Res<()> {
         Commands::reset(&mut self.admin.clone())
             .await
             .map_err(redis_err)
     }
 
-    async fn commands(&self) -> Res<Commands> {
+    pub(crate) async fn commands(&self) -> Res<Commands> {
         Commands::read(&mut self.admin.clone())
             .await
             .map_err(redis_err)

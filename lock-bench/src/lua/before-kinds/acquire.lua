@@ -1,0 +1,52 @@
+-- Take a lock for one acquisition, and give it its fencing token.
+-- KEYS[1]  the lock: a string `L1:<fence>:<state>:<owner>` with the lease as
+--          its expiry (see docs/redis-layout.md); state `h` held, `w` held
+--          and waited for (its release publishes), `f` free; fence a
+--          decimal of at most 2^53 - 1 = 9007199254740991, the largest
+--          integer from which Lua numbers carry every smaller one exactly
+-- ARGV[1]  the acquisition's owner id
+-- ARGV[2]  the lease in milliseconds
+-- Returns one integer (a table would cost the server more):
+-- the fencing token (> 0) when ARGV[1] holds the lock: a new token, or the
+-- same one when this acquisition already holds it (a retried request, or
+-- on Redlock an earlier attempt of the same call whose give-back did not
+-- reach this node). Then the lease is reset to ARGV[2], value kept: the
+-- client counts its lease from this request, so the node must keep the
+-- hold at least that long;
+-- -2 - ttl when another owner holds it, where ttl is the holder's remaining
+-- lease in milliseconds (so -1 when the key has no expiry).
+-- Errors with LOCKLAYOUT when the key holds anything else (another state, a
+-- larger fence: every script reads a value by the same rule), and when no
+-- token after the kept one fits in that bound.
+--
+-- A new token is the larger of the kept token + 1 and the server time in
+-- microseconds, so tokens keep increasing when the key is gone and when an
+-- older value comes back (a restart from a snapshot), as long as the server
+-- clock does not step back.
+-- Reads the stored lock with read_lock (read.lua, prepended).
+local key, owner = KEYS[1], ARGV[1]
+local kept, state, holder, bad = read_lock(key)
+if bad then
+  return bad
+end
+local fence = 0
+if kept then
+  fence = tonumber(kept)
+  if state ~= 'f' then
+    if holder == owner then
+      redis.call('pexpire', key, ARGV[2])
+      return fence
+    end
+    if state == 'h' then
+      redis.call('set', key, 'L1:' .. kept .. ':w:' .. holder, 'keepttl')
+    end
+    return -2 - redis.call('pttl', key)
+  end
+end
+local now = redis.call('time')
+local token = math.max(fence + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
+if token > MAX_FENCE then
+  return redis.error_reply('LOCKLAYOUT ' .. key .. ' has no fencing token left below 2^53 - 1 (its fence or the server clock is past it)')
+end
+redis.call('set', key, 'L1:' .. string.format('%d', token) .. ':h:' .. owner, 'px', ARGV[2])
+return token

@@ -1,5 +1,5 @@
 //! The results as Markdown tables: medians over runs, ratios to the floor
-//! from the same run, and the targets of issue 5.
+//! from the same run, and the targets.
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -453,7 +453,7 @@ pub fn render(cfg: &Config, runs: &Runs) -> String {
     }
 
     if !targets.is_empty() {
-        let _ = writeln!(o, "### Targets (issue 5)\n");
+        let _ = writeln!(o, "### Targets\n");
         let _ = writeln!(o, "| target | measured (median of runs) | |");
         let _ = writeln!(o, "|---|---|---|");
         for (what, measured, ok) in targets {

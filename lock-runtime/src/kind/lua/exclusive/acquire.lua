@@ -32,7 +32,7 @@
 local key, owner = KEYS[1], ARGV[1]
 local kept, state, holder, bad, hash = read_lock(key)
 if hash then
-  return writer_meets_hash(key, owner, ARGV[2], ARGV[3])
+  return hash_lib().writer_meets_hash(key, owner, ARGV[2], ARGV[3])
 end
 if bad then
   return bad

@@ -15,7 +15,7 @@ if not string.match(raised, '^%d+$') or tonumber(raised) > MAX_FENCE then
 end
 local fence, state, holder, bad, hash = read_lock(key)
 if hash then
-  return hash_fence(key, owner, raised)
+  return hash_lib().hash_fence(key, owner, raised)
 end
 if bad then
   return bad

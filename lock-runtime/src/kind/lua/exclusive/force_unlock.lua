@@ -14,7 +14,7 @@
 local key = KEYS[1]
 local fence, state, _, bad, hash = read_lock(key)
 if hash then
-  return hash_force(key, ARGV[1])
+  return hash_lib().hash_force(key, ARGV[1])
 end
 if bad then
   return bad

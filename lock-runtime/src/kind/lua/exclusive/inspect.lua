@@ -9,7 +9,7 @@
 local key = KEYS[1]
 local fence, state, owner, bad, hash = read_lock(key)
 if hash then
-  return hash_inspect(key)
+  return hash_lib().hash_inspect(key)
 end
 if bad then
   return bad

@@ -19,7 +19,7 @@
 local key = KEYS[1]
 local fence, state, holder, bad, hash = read_lock(key)
 if hash then
-  return hash_release(key, redis.call('hgetall', key), ARGV[1], ARGV[2], ARGV[3])
+  return hash_lib().hash_release(key, redis.call('hgetall', key), ARGV[1], ARGV[2], ARGV[3])
 end
 if bad then
   return bad

@@ -10,11 +10,13 @@
 -- A shared kind's holder (a hash) has its own expiry reset (../shared/hash.lua).
 -- Reads the stored lock with read_lock (read.lua, prepended).
 local renewed = {}
+local lib = nil
 for i, key in ipairs(KEYS) do
   renewed[i] = 0
   local fence, state, holder, bad, hash = read_lock(key)
   if hash then
-    renewed[i] = hash_renew(key, ARGV[2 * i - 1], ARGV[2 * i])
+    lib = lib or hash_lib()
+    renewed[i] = lib.hash_renew(key, ARGV[2 * i - 1], ARGV[2 * i])
   elseif fence and not bad and state ~= 'f' and holder == ARGV[2 * i - 1] then
     redis.call('pexpire', key, ARGV[2 * i])
     renewed[i] = 1

@@ -7,22 +7,13 @@ use redis::{Connection, Script, Value};
 use support::RedisServer;
 
 const KEY: &str = "lock:kinds";
-const READ: &str = include_str!("../lock-runtime/src/kind/lua/exclusive/read.lua");
-const HASH: &str = include_str!("../lock-runtime/src/kind/lua/shared/hash.lua");
 const LONG: u64 = 30_000;
 const WAITER: u64 = 5_000;
 
 fn script(name: &str) -> Script {
-    let body = match name {
-        "acquire" => include_str!("../lock-runtime/src/kind/lua/exclusive/acquire.lua"),
-        "release" => include_str!("../lock-runtime/src/kind/lua/exclusive/release.lua"),
-        "renew" => include_str!("../lock-runtime/src/kind/lua/exclusive/renew.lua"),
-        "inspect" => include_str!("../lock-runtime/src/kind/lua/exclusive/inspect.lua"),
-        "shared_acquire" => include_str!("../lock-runtime/src/kind/lua/shared/acquire.lua"),
-        "shared_release" => include_str!("../lock-runtime/src/kind/lua/shared/release.lua"),
-        _ => unreachable!(),
-    };
-    Script::new(&format!("{READ}{HASH}{body}"))
+    // As the library sends them: the shared readings of a stored lock first.
+    let source = lock_runtime::__private::script_source(name).expect("a script of the library");
+    Script::new(source)
 }
 
 /// An acquire's answer, as the runtime reads it.

@@ -7,28 +7,12 @@ use redis::{Connection, Script};
 use support::{parse_lock, RedisServer};
 
 const KEY: &str = "lock:scripted";
-/// The reading of a stored lock that every script starts with.
-const READ: &str = include_str!("../lock-runtime/src/kind/lua/exclusive/read.lua");
-const HASH: &str = include_str!("../lock-runtime/src/kind/lua/shared/hash.lua");
 const LEASE_MS: u64 = 30_000;
 
 fn script(name: &str) -> Script {
-    let body = match name {
-        "acquire" => include_str!("../lock-runtime/src/kind/lua/exclusive/acquire.lua"),
-        "release" => include_str!("../lock-runtime/src/kind/lua/exclusive/release.lua"),
-        "renew" => include_str!("../lock-runtime/src/kind/lua/exclusive/renew.lua"),
-        "fence" => include_str!("../lock-runtime/src/kind/lua/exclusive/fence.lua"),
-        "force_unlock" => {
-            include_str!("../lock-runtime/src/kind/lua/exclusive/force_unlock.lua")
-        }
-        "inspect" => include_str!("../lock-runtime/src/kind/lua/exclusive/inspect.lua"),
-        "shared_acquire" => include_str!("../lock-runtime/src/kind/lua/shared/acquire.lua"),
-        "shared_release" => include_str!("../lock-runtime/src/kind/lua/shared/release.lua"),
-        _ => unreachable!(),
-    };
-    // As the library builds them: the shared readings of a stored lock first.
-    let source = format!("{READ}{HASH}{body}");
-    Script::new(&source)
+    // As the library sends them: the shared readings of a stored lock first.
+    let source = lock_runtime::__private::script_source(name).expect("a script of the library");
+    Script::new(source)
 }
 
 /// acquire.lua's answer: the token (> 0), or -2 - the holder's TTL.

@@ -20,32 +20,11 @@ pub const POLL: Duration = Duration::from_millis(50);
 /// The library's key prefix.
 pub const PREFIX: &str = "lock:";
 
-/// `read.lua`, `hash.lua`, then `lua/<dir>/<name>.lua` of lock-runtime:
-/// a script as lock-runtime builds it (its `kind/sources.rs`).
-macro_rules! runtime_script {
-    ($dir:literal, $name:literal) => {
-        concat!(
-            include_str!("../../lock-runtime/src/kind/lua/exclusive/read.lua"),
-            include_str!("../../lock-runtime/src/kind/lua/shared/hash.lua"),
-            include_str!(concat!(
-                "../../lock-runtime/src/kind/lua/",
-                $dir,
-                "/",
-                $name,
-                ".lua"
-            ))
-        )
-    };
+/// The lock-runtime script `name` as the library sends it.
+pub fn runtime_script(name: &str) -> &'static str {
+    lock_runtime::__private::script_source(name).expect("a script of lock-runtime")
 }
 
-/// The plain lock's acquire, as the library sends it.
-pub const ACQUIRE_SOURCE: &str = runtime_script!("exclusive", "acquire");
-/// The plain lock's release, as the library sends it.
-pub const RELEASE_SOURCE: &str = runtime_script!("exclusive", "release");
-/// The shared kinds' acquire (reader, permits, fair), as the library sends it.
-pub const SHARED_ACQUIRE_SOURCE: &str = runtime_script!("shared", "acquire");
-/// The shared kinds' release, as the library sends it.
-pub const SHARED_RELEASE_SOURCE: &str = runtime_script!("shared", "release");
 /// The plain lock's acquire before the lock kinds (commit 9c07927, copied
 /// unchanged into `src/lua/before-kinds/`): `read.lua`, then `acquire.lua`.
 pub const OLD_ACQUIRE_SOURCE: &str = concat!(
@@ -72,8 +51,8 @@ pub const BARE_RELEASE_SOURCE: &str = concat!(
 
 /// The library's own scripts, called directly, as the library builds them:
 /// the floor.
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(runtime_script("acquire")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(runtime_script("release")));
 /// A fencing token from acquire.lua, given back to release.lua (`ARGV[3]`).
 pub type Token = i64;
 

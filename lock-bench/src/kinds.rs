@@ -18,8 +18,8 @@ use redis::{Script, Value};
 use tokio::time::Instant;
 
 use crate::contenders::{
-    ACQUIRE_SOURCE, BARE_ACQUIRE_SOURCE, BARE_RELEASE_SOURCE, LEASE, OLD_ACQUIRE_SOURCE,
-    OLD_RELEASE_SOURCE, RELEASE_SOURCE, SHARED_ACQUIRE_SOURCE, SHARED_RELEASE_SOURCE,
+    runtime_script, BARE_ACQUIRE_SOURCE, BARE_RELEASE_SOURCE, LEASE, OLD_ACQUIRE_SOURCE,
+    OLD_RELEASE_SOURCE,
 };
 use crate::cpu::Meter;
 use crate::stats::{quantile, server_cpu, Commands};
@@ -229,10 +229,12 @@ static OLD_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(OLD_ACQUIRE_
 static OLD_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(OLD_RELEASE_SOURCE));
 static BARE_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(BARE_ACQUIRE_SOURCE));
 static BARE_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(BARE_RELEASE_SOURCE));
-static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(ACQUIRE_SOURCE));
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(RELEASE_SOURCE));
-static SHARED_ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(SHARED_ACQUIRE_SOURCE));
-static SHARED_RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(SHARED_RELEASE_SOURCE));
+static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(runtime_script("acquire")));
+static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(runtime_script("release")));
+static SHARED_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(runtime_script("shared_acquire")));
+static SHARED_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(runtime_script("shared_release")));
 
 impl Raw {
     pub const ALL: [Raw; 6] = [

@@ -184,3 +184,13 @@ where
 {
     crate::locking::run(ClientRef::Borrowed(client), key, options, body)
 }
+
+/// The Lua source of the script `name` (`acquire`, `release`, `renew`,
+/// `fence`, `force_unlock`, `inspect`, `shared_acquire`, `shared_release`)
+/// as the library sends it: for the scripts' tests and the benchmark.
+pub fn script_source(name: &str) -> Option<&'static str> {
+    crate::kind::sources::ALL
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, source)| *source)
+}

@@ -5,21 +5,30 @@
 //! script reads a value by the same rules, and the exclusive scripts see
 //! the shared kinds' holders and waiters.
 
-/// `read.lua`, `hash.lua`, then the script `lua/<dir>/<name>.lua`.
-macro_rules! script {
-    ($dir:literal, $name:literal) => {
+/// `read.lua`, `hash.lua`, then the script `lua/shared/<name>.lua`.
+macro_rules! shared {
+    ($name:literal) => {
         concat!(
             include_str!("lua/exclusive/read.lua"),
             include_str!("lua/shared/hash.lua"),
-            include_str!(concat!("lua/", $dir, "/", $name, ".lua"))
+            include_str!(concat!("lua/shared/", $name, ".lua"))
         )
     };
 }
 
-/// An exclusive lock's script.
+/// `read.lua`, `hash.lua` inside `hash_lib()` (made only when a script
+/// meets a hash, so that the plain lock's hot path does not pay for it),
+/// then the script `lua/exclusive/<name>.lua`.
 macro_rules! exclusive {
     ($name:literal) => {
-        script!("exclusive", $name)
+        concat!(
+            include_str!("lua/exclusive/read.lua"),
+            "local function hash_lib()\n",
+            include_str!("lua/shared/hash.lua"),
+            include_str!("lua/shared/exports.lua"),
+            "end\n",
+            include_str!(concat!("lua/exclusive/", $name, ".lua"))
+        )
     };
 }
 
@@ -36,6 +45,19 @@ pub(crate) const FORCE_UNLOCK: &str = exclusive!("force_unlock");
 /// Reads a lock as it is.
 pub(crate) const INSPECT: &str = exclusive!("inspect");
 /// Takes a shared kind's lock (reader, permit, fair).
-pub(crate) const SHARED_ACQUIRE: &str = script!("shared", "acquire");
+pub(crate) const SHARED_ACQUIRE: &str = shared!("acquire");
 /// Frees a shared kind's hold.
-pub(crate) const SHARED_RELEASE: &str = script!("shared", "release");
+pub(crate) const SHARED_RELEASE: &str = shared!("release");
+
+/// Every script's source by name, as the library sends it (the scripts'
+/// tests and the benchmark call them directly).
+pub(crate) const ALL: [(&str, &str); 8] = [
+    ("acquire", ACQUIRE),
+    ("release", RELEASE),
+    ("renew", RENEW),
+    ("fence", FENCE),
+    ("force_unlock", FORCE_UNLOCK),
+    ("inspect", INSPECT),
+    ("shared_acquire", SHARED_ACQUIRE),
+    ("shared_release", SHARED_RELEASE),
+];

@@ -26,11 +26,7 @@
 -- Errors with LOCKKIND when the key is live as another kind (a plain or
 -- write lock held, against permits or fair), and with LOCKLAYOUT when it
 -- holds something that is no lock.
--- Reads with read_lock (read.lua) and read_hash (hash.lua's hash_lib),
--- prepended.
-local lib = hash_lib()
-local server_now, read_hash, is_live = lib.server_now, lib.read_hash, lib.is_live
-local kind_error, next_token, keep_until = lib.kind_error, lib.next_token, lib.keep_until
+-- Reads with read_lock (read.lua) and read_hash (hash.lua), prepended.
 local key, owner, kind = KEYS[1], ARGV[1], ARGV[3]
 if kind == 'p' then
   kind = 'p:' .. ARGV[5]

@@ -15,4 +15,4 @@ local flat = redis.pcall('hgetall', key)
 if flat.err then
   return -1
 end
-return hash_lib().hash_release(key, flat, ARGV[1], ARGV[2], ARGV[3])
+return hash_release(key, flat, ARGV[1], ARGV[2], ARGV[3])

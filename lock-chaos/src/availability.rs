@@ -4,12 +4,17 @@
 //! again). See [`crate::checker`].
 
 use crate::checker::{Index, Limits, Violation};
-use crate::history::Outcome;
+use crate::history::{LockKind, Outcome};
 
 /// The intervals in which a holder of `key` is recorded: bodies (from
 /// `grant_lead` before), a lease after every body whose call did not end
 /// cleanly, and a lease after every unclean call without a body (from
-/// `grant_lead` before its end).
+/// `grant_lead` before its end). And a waiter lease after every call
+/// without a body that may have kept a place in a line (a fair call; a
+/// writer on a key with readers, whose claim holds new readers back) and
+/// ended within a fault window or the longest lease and a connect timeout
+/// after it: its withdrawal, sent as it ends, may not have arrived, and
+/// the place then lives until its waiter lease runs out.
 fn held(ix: &Index<'_>, key: &str, limits: &Limits) -> Vec<(u64, u64)> {
     let h = ix.history;
     let mut spans = Vec::new();
@@ -24,11 +29,31 @@ fn held(ix: &Index<'_>, key: &str, limits: &Limits) -> Vec<(u64, u64)> {
     for b in &h.bodies {
         with_body.insert((b.proc, b.call));
     }
+    let readers = h
+        .calls
+        .iter()
+        .any(|c| c.key == key && c.kind == LockKind::Read);
+    let after = limits.lease_max + limits.connect_timeout;
     for c in h.calls.iter().filter(|c| c.key == key) {
-        let unclean = !c.outcome.is_clean() && c.outcome != Outcome::Timeout;
-        if unclean && !c.is_reentry() && !with_body.contains(&(c.proc, c.call)) {
+        if c.is_reentry() || with_body.contains(&(c.proc, c.call)) {
+            continue;
+        }
+        if !c.outcome.is_clean() && c.outcome != Outcome::Timeout {
             let from = c.start.max(c.end.saturating_sub(limits.grant_lead));
             spans.push((from, c.end + c.lease));
+        }
+        let in_line = match c.kind {
+            LockKind::Fair => true,
+            LockKind::Write | LockKind::Plain => readers,
+            LockKind::Read | LockKind::Permits(_) => false,
+        };
+        let in_fault = || {
+            h.faults
+                .iter()
+                .any(|f| f.start <= c.end && c.end <= f.end + after)
+        };
+        if in_line && c.waiter_lease > 0 && in_fault() {
+            spans.push((c.end, c.end + c.waiter_lease));
         }
     }
     spans

@@ -32,8 +32,10 @@
 //!    `gap_slack`, by: bodies on the key; a lease after every body whose
 //!    call did not end cleanly (ok or body error); a lease after every call
 //!    on the key that ended without a body and not cleanly (cancelled,
-//!    backend error...: its grant may be held unseen); and fault windows
-//!    plus the longest lease and a connect timeout after each.
+//!    backend error...: its grant may be held unseen); the places in a line
+//!    (fair tickets, writers' claims) that a fault may have stranded or
+//!    brought back, for a waiter lease; and fault windows plus the longest
+//!    lease and a connect timeout after each.
 //! 5. Siblings on a held key: two calls joined with `tokio::join!` in a
 //!    body, on the key that body holds (through the same client), are never
 //!    inside their bodies at once: their body intervals under the same

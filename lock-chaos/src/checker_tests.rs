@@ -863,3 +863,52 @@ fn a_place_left_in_a_line_by_a_fault_explains_a_timeout() {
         .push(call(1, 60, 60, "rw", 102_500, 103_500, Outcome::Timeout));
     assert_eq!(rules(&check(&h, &Limits::default())), vec![4]);
 }
+
+#[test]
+fn a_place_brought_back_by_a_restore_explains_a_timeout() {
+    // A writer waited on `rw` behind a reader from 100 s and entered at
+    // 100.7 s; a restore took its snapshot at 100.5 s (the writer's claim
+    // in it) and brought it back at 100.8 s, alive until 5 s after the
+    // snapshot. Readers time out from 103 s to 104 s with nobody inside,
+    // past the fault's own allowance (102.8 s).
+    let with = |writer_kind: LockKind| {
+        let mut h = kinds_good();
+        h.faults.push(Fault {
+            kind: "restore".into(),
+            target: "node0".into(),
+            start: 100_500 * MS,
+            end: 100_800 * MS,
+        });
+        kind_section(
+            &mut h,
+            0,
+            60,
+            "rw",
+            (99_900, 100_600),
+            40,
+            Outcome::Ok,
+            Read,
+        );
+        kind_section(
+            &mut h,
+            1,
+            60,
+            "rw",
+            (100_700, 100_750),
+            41,
+            Outcome::Ok,
+            writer_kind,
+        );
+        let c = h.calls.last_mut().expect("call");
+        (c.start, c.waiter_lease) = (100_000 * MS, 5000 * MS);
+        h.calls
+            .push(call(2, 60, 60, "rw", 103_000, 104_000, Outcome::Timeout));
+        h.calls.last_mut().expect("call").kind = Read;
+        h
+    };
+    let v = check(&with(Write), &Limits::default());
+    assert!(v.is_empty(), "{v:#?}");
+    // A reader in the writer's place keeps none: nothing explains it.
+    let v = check(&with(Read), &Limits::default());
+    assert_eq!(rules(&v), vec![4], "{v:#?}");
+}

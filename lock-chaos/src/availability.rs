@@ -4,12 +4,38 @@
 //! again). See [`crate::checker`].
 
 use crate::checker::{Index, Limits, Violation};
-use crate::history::Outcome;
+use crate::history::{LockKind, Outcome};
+
+/// How long before a fault's start the state it may bring back can date
+/// from (ns): a restore's snapshot is taken at the start, and a promoted
+/// replica lags its master by a little.
+const REVERT_SLACK: u64 = 1_000_000_000;
+
+/// Whether fault `f` can bring back older state: a restore from a
+/// snapshot, and on Cluster and Sentinel (`release_bound` set) a promoted
+/// replica: a master killed or failed over, or paused past the failure
+/// detection.
+fn reverts(f: &crate::history::Fault, limits: &Limits) -> bool {
+    let replicated = limits.release_bound.is_some();
+    f.kind == "restore"
+        || (replicated
+            && (f.kind == "kill-master" || f.kind == "failover" || f.kind.starts_with("pause")))
+}
 
 /// The intervals in which a holder of `key` is recorded: bodies (from
 /// `grant_lead` before), a lease after every body whose call did not end
 /// cleanly, and a lease after every unclean call without a body (from
-/// `grant_lead` before its end).
+/// `grant_lead` before its end). And the places in a line that a call may
+/// have left behind, for calls that keep one (a fair call; a writer on a
+/// key with readers, whose claim holds new readers back):
+/// - stranded: a waiter lease after a call without a body that ended
+///   within a fault window or the longest lease and a connect timeout
+///   after it: its withdrawal, sent as it ends, may not have arrived;
+/// - revived: a fault that can bring back older state ([`reverts`]: a
+///   restore's snapshot, a promoted replica) and started while the call
+///   was in line (from its start until it entered, or ended; up to
+///   [`REVERT_SLACK`] later) may bring its place back, alive until a
+///   waiter lease after the fault's start.
 fn held(ix: &Index<'_>, key: &str, limits: &Limits) -> Vec<(u64, u64)> {
     let h = ix.history;
     let mut spans = Vec::new();
@@ -20,15 +46,39 @@ fn held(ix: &Index<'_>, key: &str, limits: &Limits) -> Vec<(u64, u64)> {
             spans.push((b.exit, b.exit + lease));
         }
     }
-    let mut with_body = std::collections::HashSet::new();
-    for b in &h.bodies {
-        with_body.insert((b.proc, b.call));
-    }
-    for c in h.calls.iter().filter(|c| c.key == key) {
-        let unclean = !c.outcome.is_clean() && c.outcome != Outcome::Timeout;
-        if unclean && !c.is_reentry() && !with_body.contains(&(c.proc, c.call)) {
+    let readers = h
+        .calls
+        .iter()
+        .any(|c| c.key == key && c.kind == LockKind::Read);
+    let after = limits.lease_max + limits.connect_timeout;
+    for c in h.calls.iter().filter(|c| c.key == key && !c.is_reentry()) {
+        let entered = ix.body(c.proc, c.call).map(|b| b.enter);
+        if entered.is_none() && !c.outcome.is_clean() && c.outcome != Outcome::Timeout {
             let from = c.start.max(c.end.saturating_sub(limits.grant_lead));
             spans.push((from, c.end + c.lease));
+        }
+        let in_line = match c.kind {
+            LockKind::Fair => true,
+            LockKind::Write | LockKind::Plain => readers,
+            LockKind::Read | LockKind::Permits(_) => false,
+        };
+        if !in_line || c.waiter_lease == 0 {
+            continue;
+        }
+        let stranded = entered.is_none()
+            && h.faults
+                .iter()
+                .any(|f| f.start <= c.end && c.end <= f.end + after);
+        if stranded {
+            spans.push((c.end, c.end + c.waiter_lease));
+        }
+        let left_line = entered.unwrap_or(c.end) + REVERT_SLACK;
+        for f in h
+            .faults
+            .iter()
+            .filter(|f| reverts(f, limits) && c.start <= f.start && f.start <= left_line)
+        {
+            spans.push((f.start, f.start + c.waiter_lease));
         }
     }
     spans

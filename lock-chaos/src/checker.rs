@@ -1,13 +1,27 @@
 //! The rules, checked from the history alone.
 //!
-//! 1. Mutual exclusion: two bodies on one key do not overlap in time unless
-//!    the call of one of them (or of the acquisition it re-entered) ended
-//!    in `Lost`. Bodies of the same acquisition (a declared re-entry and its
-//!    outer call: same process, same `acq`) are one holder. Sibling calls
-//!    are separate acquisitions.
-//! 2. Fencing tokens: for distinct acquisitions X, Y on one key with X
-//!    entered before Y, X.token < Y.token unless Y's call ended in `Lost`.
-//!    Every body has a token, and a re-entry has its outer call's token.
+//! A body's *kind* is the kind its acquisition's call asked for (a
+//! re-entry runs under its outer call's hold): plain, write and fair
+//! holders are *exclusive*; readers share with readers, and permit holders
+//! with permit holders of the same count.
+//!
+//! 1. Mutual exclusion, across kinds: two bodies on one key do not overlap
+//!    in time unless the call of one of them (or of the acquisition it
+//!    re-entered) ended in `Lost`, or both are readers, or both are permit
+//!    holders of one count (rule 8 counts those). So an exclusive holder
+//!    (plain, writer, fair) is inside with nobody, reader or writer. Bodies
+//!    of the same acquisition (a declared re-entry and its outer call: same
+//!    process, same `acq`) are one holder. Sibling calls are separate
+//!    acquisitions.
+//! 2. Fencing tokens, across kinds: for distinct acquisitions X, Y on one
+//!    key whose holds are ordered in time, X.token < Y.token unless Y's
+//!    call ended in `Lost`. They are ordered when X entered before Y and
+//!    one of them is exclusive (an exclusive hold overlaps no other, so the
+//!    earlier body's hold ended before the later one's grant), or when X
+//!    entered before Y's call started (X's grant came before Y's, whatever
+//!    the kinds; two readers or permit holders otherwise may be granted in
+//!    one order and enter in the other). Every body has a token, and a
+//!    re-entry has its outer call's token.
 //! 3. Bounded calls: the acquire phase (call start to the body's first
 //!    statement, or to the call's end when no body ran) is at most
 //!    `wait + 4 × command timeout + 1 s`, plus, for each fault window that
@@ -18,8 +32,10 @@
 //!    `gap_slack`, by: bodies on the key; a lease after every body whose
 //!    call did not end cleanly (ok or body error); a lease after every call
 //!    on the key that ended without a body and not cleanly (cancelled,
-//!    backend error...: its grant may be held unseen); and fault windows
-//!    plus the longest lease and a connect timeout after each.
+//!    backend error...: its grant may be held unseen); the places in a line
+//!    (fair tickets, writers' claims) that a fault may have stranded or
+//!    brought back, for a waiter lease; and fault windows plus the longest
+//!    lease and a connect timeout after each.
 //! 5. Siblings on a held key: two calls joined with `tokio::join!` in a
 //!    body, on the key that body holds (through the same client), are never
 //!    inside their bodies at once: their body intervals under the same
@@ -36,10 +52,18 @@
 //!    its body's exit until `release_bound` after its end. Fault windows
 //!    explain nothing: a failover may cost the calls in flight, not the
 //!    keys released before it.
+//! 8. Permits (`crate::kinds`): on a key of `permits = N`, at most N
+//!    permit holders that were not told `Lost` are inside at once.
+//! 9. Fair order (`crate::kinds`): of two fair calls on one key that both
+//!    entered and had to wait, the one that began waiting clearly first
+//!    enters first, unless a fault could have cost it its place.
+//! 10. Kinds stay apart (`crate::kinds`): no call fails with
+//!     `KindMismatch` on a key that the workload keeps to kinds that can
+//!     share it.
 
 use std::collections::HashMap;
 
-use crate::history::{Body, Call, Fault, History, Nesting};
+use crate::history::{Body, Call, Fault, History, LockKind, Nesting};
 
 /// The checker's limits (ns).
 #[derive(Debug, Clone, Copy)]
@@ -104,7 +128,7 @@ impl Default for Limits {
 /// One broken rule.
 #[derive(Debug, Clone)]
 pub struct Violation {
-    /// 1 to 7.
+    /// 1 to 10.
     pub rule: u8,
     /// The key.
     pub key: String,
@@ -187,6 +211,12 @@ impl<'a> Index<'a> {
             })
     }
 
+    /// The kind of the hold the body runs under: its acquisition's call's
+    /// (plain when that call never reported).
+    pub fn kind(&self, b: &Body) -> LockKind {
+        self.call(b.proc, b.acq).map_or(LockKind::Plain, |c| c.kind)
+    }
+
     /// Whether the lock was surely free right after the body: its call and
     /// acquisition both ended cleanly.
     pub fn clean(&self, b: &Body) -> bool {
@@ -228,6 +258,17 @@ fn describe(b: &Body) -> String {
     format!("p{}t{} call {} (acq {})", b.proc, b.task, b.call, b.acq)
 }
 
+/// The kinds of two bodies, for messages and shapes: empty when both are
+/// plain (the plain workload's messages stay as they were).
+fn kinds_of(ix: &Index<'_>, x: &Body, y: &Body) -> String {
+    let (kx, ky) = (ix.kind(x), ix.kind(y));
+    if kx == LockKind::Plain && ky == LockKind::Plain {
+        String::new()
+    } else {
+        format!(" ({kx} then {ky})")
+    }
+}
+
 /// Rule 1.
 pub fn mutual_exclusion(ix: &Index<'_>) -> Vec<Violation> {
     let mut out = Vec::new();
@@ -237,13 +278,17 @@ pub fn mutual_exclusion(ix: &Index<'_>) -> Vec<Violation> {
                 if same_acquisition(x, y) || ix.lost(x) || ix.lost(y) {
                     continue;
                 }
+                if ix.kind(x).shares_with(ix.kind(y)) {
+                    continue;
+                }
+                let kinds = kinds_of(ix, x, y);
                 out.push(Violation {
                     rule: 1,
                     key: key.to_owned(),
                     at: y.enter,
-                    shape: shape(x, y),
+                    shape: format!("{}{kinds}", shape(x, y)),
                     message: format!(
-                        "mutual exclusion: {} and {} held the key at once for {:.1} ms, neither was told Lost",
+                        "mutual exclusion: {} and {}{kinds} held the key at once for {:.1} ms, neither was told Lost",
                         describe(x),
                         describe(y),
                         (x.exit.min(y.exit) - y.enter) as f64 / 1e6
@@ -255,11 +300,25 @@ pub fn mutual_exclusion(ix: &Index<'_>) -> Vec<Violation> {
     out
 }
 
+/// The body of the larger token of `a` and `b` (the first on a tie).
+fn larger<'a>(a: Option<&'a Body>, b: Option<&'a Body>) -> Option<&'a Body> {
+    match (a, b) {
+        (Some(x), Some(y)) if y.token > x.token => Some(y),
+        (Some(x), _) => Some(x),
+        (None, y) => y,
+    }
+}
+
 /// Rule 2.
 pub fn fencing(ix: &Index<'_>) -> Vec<Violation> {
     let mut out = Vec::new();
     for (key, bodies) in ix.by_key() {
-        let mut top: Option<&Body> = None;
+        // The acquisitions' bodies so far, by enter time, and for each
+        // prefix the one of the largest token: of all, and of the
+        // exclusive ones.
+        let mut acquisitions: Vec<&Body> = Vec::new();
+        let mut top_all: Vec<Option<&Body>> = vec![None];
+        let mut top_exclusive: Vec<Option<&Body>> = vec![None];
         for (i, y) in bodies.iter().enumerate() {
             let v = |message, shape| Violation {
                 rule: 2,
@@ -293,23 +352,38 @@ pub fn fencing(ix: &Index<'_>) -> Vec<Violation> {
                 }
                 continue;
             }
-            if let Some(x) = top.filter(|x| x.token >= y.token && x.enter < y.enter) {
+            // The holds ordered before Y's: every body entered before Y's
+            // if Y is exclusive, else the exclusive ones, and every body
+            // entered before Y's call started.
+            let before = acquisitions.partition_point(|x| x.enter < y.enter);
+            let ky = ix.kind(y);
+            let x = if ky.is_exclusive() {
+                top_all[before]
+            } else {
+                let start = ix.call(y.proc, y.call).map_or(y.enter, |c| c.start);
+                let granted = acquisitions.partition_point(|x| x.enter < start);
+                larger(top_exclusive[before], top_all[granted.min(before)])
+            };
+            if let Some(x) = x.filter(|x| x.token >= y.token) {
                 if !ix.lost(y) {
+                    let kinds = kinds_of(ix, x, y);
                     out.push(v(
                         format!(
-                            "fencing: {} entered after {} with token {} <= {}, and was not told Lost",
+                            "fencing: {} entered after {}{kinds} with token {} <= {}, and was not told Lost",
                             describe(y),
                             describe(x),
                             y.token,
                             x.token
                         ),
-                        shape(x, y),
+                        format!("{}{kinds}", shape(x, y)),
                     ));
                 }
             }
-            if top.is_none_or(|x| y.token > x.token) {
-                top = Some(y);
-            }
+            let n = acquisitions.len();
+            acquisitions.push(y);
+            top_all.push(larger(top_all[n], Some(y)));
+            let exclusive = ix.kind(y).is_exclusive().then_some(*y);
+            top_exclusive.push(larger(top_exclusive[n], exclusive));
         }
     }
     out
@@ -372,6 +446,9 @@ pub fn check(history: &History, limits: &Limits) -> Vec<Violation> {
     out.extend(crate::availability::released_keys(&ix, limits));
     out.extend(crate::reentry::siblings(&ix));
     out.extend(crate::reentry::after_hold(&ix, limits));
+    out.extend(crate::kinds::permits(&ix));
+    out.extend(crate::kinds::fair_order(&ix, limits));
+    out.extend(crate::kinds::kinds_apart(&ix));
     out.sort_by_key(|v| (v.at, v.rule));
     out
 }

@@ -85,6 +85,9 @@ pub struct RunConfig {
     pub kinds: Vec<faults::Kind>,
     /// Whether sibling calls always take two different keys.
     pub distinct_siblings: bool,
+    /// Whether the workers run the kinds workload (read-write, permit and
+    /// fair keys) instead of the plain one.
+    pub lock_kinds: bool,
 }
 
 /// What a run found.
@@ -144,6 +147,7 @@ fn spawn_worker(
             "--distinct-siblings",
             if cfg.distinct_siblings { "1" } else { "0" },
         ])
+        .args(["--lock-kinds", if cfg.lock_kinds { "1" } else { "0" }])
         .arg("--out")
         .arg(out)
         .stdin(Stdio::null())

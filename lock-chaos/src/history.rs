@@ -6,8 +6,14 @@
 //!   call id, or for a declared re-entry the outer call's acquisition.
 //!   `end` is `done` (last statement reached) or `dropped` (cancelled,
 //!   panicked, or stopped on a loss).
-//! - `C proc task call acq key client start end wait lease outcome`: how a
-//!   call ended (times in ns on `CLOCK_MONOTONIC`, wait and lease in ns).
+//! - `C proc task call acq key client start end wait lease outcome kind
+//!   waiter_lease`: how a call ended (times in ns on `CLOCK_MONOTONIC`,
+//!   wait, lease and waiter lease in ns). `kind` is the kind of lock the
+//!   call asked for: `plain` (no kind option), `read`, `write`,
+//!   `permits:N` or `fair`. A fair call sends its first request, which
+//!   takes its place in the line, as it starts: its `start` is when it
+//!   began to wait, and its body's `enter` when it entered. Lines of older
+//!   histories, without the last two fields, are plain calls.
 //! - `N proc task call acq parent kind`: how a declared re-entry was made
 //!   in the body of call `parent` (which runs under acquisition `acq`):
 //!   `sibling` (one of two calls joined with `tokio::join!` on the key the
@@ -50,12 +56,15 @@ pub enum Outcome {
     Panic,
     /// The call's future was dropped from outside (its outer body ended).
     Dropped,
+    /// `LockError::KindMismatch`: the key was live as a kind that cannot
+    /// share it with the call's.
+    KindMismatch,
     /// Any other error.
     Other,
 }
 
 /// Every outcome, in the order of the summary.
-pub const OUTCOMES: [Outcome; 13] = [
+pub const OUTCOMES: [Outcome; 14] = [
     Outcome::Ok,
     Outcome::BodyErr,
     Outcome::LostExpired,
@@ -68,6 +77,7 @@ pub const OUTCOMES: [Outcome; 13] = [
     Outcome::Cancelled,
     Outcome::Panic,
     Outcome::Dropped,
+    Outcome::KindMismatch,
     Outcome::Other,
 ];
 
@@ -87,6 +97,7 @@ impl Outcome {
             Outcome::Cancelled => "cancelled",
             Outcome::Panic => "panic",
             Outcome::Dropped => "dropped",
+            Outcome::KindMismatch => "kind_mismatch",
             Outcome::Other => "other",
         }
     }
@@ -117,6 +128,70 @@ impl Outcome {
 impl fmt::Display for Outcome {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// The kind of lock a call asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum LockKind {
+    /// No kind option: the plain (exclusive) lock.
+    #[default]
+    Plain,
+    /// `mode(LockMode::Read)`: shares the key with other readers.
+    Read,
+    /// `mode(LockMode::Write)`: exclusive, the same lock as a plain call.
+    Write,
+    /// `permits(n)`: at most n holders at once.
+    Permits(u32),
+    /// `fair(true)`: exclusive; waiters served in the order they began to
+    /// wait.
+    Fair,
+}
+
+impl LockKind {
+    /// The word in the history.
+    pub fn as_str(self) -> String {
+        match self {
+            LockKind::Plain => "plain".into(),
+            LockKind::Read => "read".into(),
+            LockKind::Write => "write".into(),
+            LockKind::Permits(n) => format!("permits:{n}"),
+            LockKind::Fair => "fair".into(),
+        }
+    }
+
+    /// The kind for a word of the history.
+    pub fn parse(s: &str) -> Option<LockKind> {
+        Some(match s {
+            "plain" => LockKind::Plain,
+            "read" => LockKind::Read,
+            "write" => LockKind::Write,
+            "fair" => LockKind::Fair,
+            _ => LockKind::Permits(s.strip_prefix("permits:")?.parse().ok()?),
+        })
+    }
+
+    /// Whether a holder of this kind is the only one inside: plain, write
+    /// and fair.
+    pub fn is_exclusive(self) -> bool {
+        matches!(self, LockKind::Plain | LockKind::Write | LockKind::Fair)
+    }
+
+    /// Whether holders of this kind and of `other` may be inside at once:
+    /// two readers, or two permit holders of one count (at most that many:
+    /// rule 8 counts them).
+    pub fn shares_with(self, other: LockKind) -> bool {
+        match (self, other) {
+            (LockKind::Read, LockKind::Read) => true,
+            (LockKind::Permits(a), LockKind::Permits(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for LockKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.as_str())
     }
 }
 
@@ -170,6 +245,12 @@ pub struct Call {
     pub lease: u64,
     /// How it ended.
     pub outcome: Outcome,
+    /// The kind of lock it asked for.
+    pub kind: LockKind,
+    /// How long a place it kept in a line (a fair waiter's, a waiting
+    /// writer's claim ahead of new readers) lives without a heartbeat (ns;
+    /// 0 in older histories).
+    pub waiter_lease: u64,
 }
 
 /// One fault window.
@@ -297,7 +378,7 @@ impl Call {
     /// The history line (with a newline).
     pub fn line(&self) -> String {
         format!(
-            "C\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            "C\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
             self.proc,
             self.task,
             self.call,
@@ -308,7 +389,9 @@ impl Call {
             self.end,
             self.wait,
             self.lease,
-            self.outcome
+            self.outcome,
+            self.kind,
+            self.waiter_lease
         )
     }
 
@@ -393,7 +476,7 @@ impl History {
                 token: n(9)?,
                 done: f[10] == "done",
             }),
-            ("C", 12) => self.calls.push(Call {
+            ("C", 12 | 14) => self.calls.push(Call {
                 proc: n(1)? as u32,
                 task: n(2)? as u32,
                 call: n(3)?,
@@ -405,6 +488,11 @@ impl History {
                 wait: n(9)?,
                 lease: n(10)?,
                 outcome: Outcome::parse(f[11])?,
+                kind: match f.get(12) {
+                    Some(kind) => LockKind::parse(kind)?,
+                    None => LockKind::Plain,
+                },
+                waiter_lease: if f.len() > 13 { n(13)? } else { 0 },
             }),
             ("N", 7) => self.nestings.push(Nesting {
                 proc: n(1)? as u32,
@@ -464,6 +552,8 @@ mod tests {
             wait: 7,
             lease: 8,
             outcome: Outcome::LostTaken,
+            kind: LockKind::Permits(3),
+            waiter_lease: 9,
         };
         let f = Fault {
             kind: "pause".into(),
@@ -497,5 +587,34 @@ mod tests {
         assert_eq!(h.faults, vec![f]);
         assert_eq!(h.bad_lines, 2);
         assert_eq!(h.to_text(), text);
+    }
+
+    #[test]
+    fn kinds_round_trip_and_older_call_lines_are_plain() {
+        for kind in [
+            LockKind::Plain,
+            LockKind::Read,
+            LockKind::Write,
+            LockKind::Permits(2),
+            LockKind::Fair,
+        ] {
+            assert_eq!(LockKind::parse(&kind.as_str()), Some(kind));
+        }
+        assert_eq!(LockKind::parse("permits:x"), None);
+        assert_eq!(LockKind::parse("shared"), None);
+        let mut h = History::default();
+        h.parse_into("C\t1\t2\t3\t3\tk1\t0\t5\t25\t7\t8\tok\n");
+        h.parse_into("C\t1\t2\t4\t4\tk1\t0\t5\t25\t7\t8\tok\tshared\t0\n");
+        assert_eq!(h.calls.len(), 1);
+        assert_eq!(h.calls[0].kind, LockKind::Plain);
+        assert_eq!(h.calls[0].waiter_lease, 0);
+        assert_eq!(h.bad_lines, 1);
+        assert!(LockKind::Read.shares_with(LockKind::Read));
+        assert!(LockKind::Permits(2).shares_with(LockKind::Permits(2)));
+        assert!(!LockKind::Permits(2).shares_with(LockKind::Permits(3)));
+        assert!(!LockKind::Read.shares_with(LockKind::Write));
+        assert!(!LockKind::Fair.shares_with(LockKind::Fair));
+        assert!(LockKind::Fair.is_exclusive() && LockKind::Plain.is_exclusive());
+        assert!(!LockKind::Read.is_exclusive() && !LockKind::Permits(1).is_exclusive());
     }
 }

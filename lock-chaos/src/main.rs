@@ -12,7 +12,7 @@ use lock_chaos::worker::{self, WorkerArgs};
 
 const USAGE: &str = "usage: lock-chaos [--minutes N | --seconds N] [--seed S] \
 [--mode single|redlock|both|cluster|sentinel|all] [--workers N] [--tasks N] [--show N] [--history DIR]
-       [--faults KIND,KIND,...|none] [--distinct-siblings]
+       [--faults KIND,KIND,...|none] [--distinct-siblings] [--kinds]
        lock-chaos check FILE [--show N]";
 
 /// The harness's options.
@@ -27,6 +27,8 @@ struct Cli {
     /// `--faults`, when given (each mode keeps the kinds it has).
     kinds: Option<Vec<Kind>>,
     distinct_siblings: bool,
+    /// `--kinds`: the kinds workload in every mode run.
+    lock_kinds: bool,
 }
 
 fn value(args: &[String], i: usize) -> Result<&str, String> {
@@ -52,6 +54,7 @@ fn parse_cli(args: &[String]) -> Result<Cli, String> {
         history: None,
         kinds: None,
         distinct_siblings: false,
+        lock_kinds: false,
     };
     let mut i = 0;
     while i < args.len() {
@@ -67,6 +70,11 @@ fn parse_cli(args: &[String]) -> Result<Cli, String> {
             "--faults" => cli.kinds = Some(parse_kinds(value(args, i)?)?),
             "--distinct-siblings" => {
                 cli.distinct_siblings = true;
+                i += 1;
+                continue;
+            }
+            "--kinds" => {
+                cli.lock_kinds = true;
                 i += 1;
                 continue;
             }
@@ -114,6 +122,7 @@ fn parse_worker(args: &[String]) -> Result<WorkerArgs, String> {
         out: String::new(),
         run_ms: 1000,
         distinct_siblings: false,
+        lock_kinds: false,
     };
     let mut i = 0;
     while i < args.len() {
@@ -127,6 +136,7 @@ fn parse_worker(args: &[String]) -> Result<WorkerArgs, String> {
             "--out" => w.out = value(args, i)?.to_owned(),
             "--run-ms" => w.run_ms = num(args, i)?,
             "--distinct-siblings" => w.distinct_siblings = value(args, i)? == "1",
+            "--lock-kinds" => w.lock_kinds = value(args, i)? == "1",
             other => return Err(format!("worker: unknown argument {other}")),
         }
         i += 2;
@@ -152,10 +162,12 @@ async fn run_mode(cli: &Cli, mode: Mode, seconds: u64) -> Result<usize, String> 
         tasks: cli.tasks,
         kinds,
         distinct_siblings: cli.distinct_siblings,
+        lock_kinds: cli.lock_kinds,
     };
     let name = mode.as_str();
+    let workload = if cli.lock_kinds { ", lock kinds" } else { "" };
     println!(
-        "== mode {name}: seed {} for {seconds} s, {} workers x {} tasks",
+        "== mode {name}: seed {} for {seconds} s, {} workers x {} tasks{workload}",
         cli.seed, cli.workers, cli.tasks
     );
     let started = Instant::now();
@@ -169,7 +181,9 @@ async fn run_mode(cli: &Cli, mode: Mode, seconds: u64) -> Result<usize, String> 
         report::findings(h, &result.violations, &label, cli.show)
     );
     if let Some(dir) = &cli.history {
-        let path = std::path::Path::new(dir).join(format!("{name}-seed{}.history", cli.seed));
+        let kinds = if cli.lock_kinds { "-kinds" } else { "" };
+        let path =
+            std::path::Path::new(dir).join(format!("{name}{kinds}-seed{}.history", cli.seed));
         match std::fs::write(&path, h.to_text()) {
             Ok(()) => println!("history written to {}", path.display()),
             Err(e) => println!("cannot write {}: {e}", path.display()),

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use crate::clock::now_ns;
-use crate::history::{Body, Call, NestKind, Nesting, Outcome, Resume};
+use crate::history::{Body, Call, LockKind, NestKind, Nesting, Outcome, Resume};
 
 static OUT: OnceLock<Mutex<File>> = OnceLock::new();
 static CALL_IDS: AtomicU64 = AtomicU64::new(1);
@@ -125,8 +125,13 @@ pub struct CallGuard {
 }
 
 impl CallGuard {
-    /// Call just before the locked call starts.
-    pub fn start(ctx: &Ctx, wait_ms: u64, lease_ms: u64) -> CallGuard {
+    /// Call just before the locked call starts: its wait, lease and
+    /// waiter lease (ms), and the kind of lock it asks for.
+    pub fn start(
+        ctx: &Ctx,
+        (wait_ms, lease_ms, waiter_lease_ms): (u64, u64, u64),
+        kind: LockKind,
+    ) -> CallGuard {
         CallGuard {
             call: Call {
                 proc: ctx.proc,
@@ -140,6 +145,8 @@ impl CallGuard {
                 wait: wait_ms * 1_000_000,
                 lease: lease_ms * 1_000_000,
                 outcome: Outcome::Other,
+                kind,
+                waiter_lease: waiter_lease_ms * 1_000_000,
             },
             top: ctx.top,
             outcome: None,

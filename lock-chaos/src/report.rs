@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::checker::{Index, Violation};
-use crate::history::{History, NestKind, Outcome, Resume, OUTCOMES};
+use crate::checker::{Index, Limits, Violation};
+use crate::history::{Call, History, LockKind, NestKind, Outcome, Resume, OUTCOMES};
 use std::collections::HashMap;
 
 /// Milliseconds since `origin`, for reading.
@@ -35,12 +35,13 @@ pub fn context(ix: &Index<'_>, v: &Violation, origin: u64) -> String {
         lines.push((
             b.enter,
             format!(
-                "    body p{}t{} call {} acq {} client {}{}: enter {} exit {} token {} {} -> {}",
+                "    body p{}t{} call {} acq {} client {}{}{}: enter {} exit {} token {} {} -> {}",
                 b.proc,
                 b.task,
                 b.call,
                 b.acq,
                 b.client,
+                kind_word(ix.kind(b)),
                 made(ix, b.proc, b.call),
                 rel(b.enter, origin),
                 rel(b.exit, origin),
@@ -58,17 +59,19 @@ pub fn context(ix: &Index<'_>, v: &Violation, origin: u64) -> String {
         lines.push((
             c.start,
             format!(
-                "    call p{}t{} call {} acq {} client {}{}: start {} end {} wait {} ms lease {} ms -> {}",
+                "    call p{}t{} call {} acq {} client {}{}{}: start {} end {} wait {} ms lease {} ms{} -> {}",
                 c.proc,
                 c.task,
                 c.call,
                 c.acq,
                 c.client,
+                kind_word(c.kind),
                 made(ix, c.proc, c.call),
                 rel(c.start, origin),
                 rel(c.end, origin),
                 c.wait / 1_000_000,
                 c.lease / 1_000_000,
+                waiter_word(c),
                 c.outcome
             ),
         ));
@@ -91,6 +94,23 @@ pub fn context(ix: &Index<'_>, v: &Violation, origin: u64) -> String {
         let _ = writeln!(out, "{line}");
     }
     out
+}
+
+/// The kind in a record's line: nothing for a plain call.
+fn kind_word(kind: LockKind) -> String {
+    match kind {
+        LockKind::Plain => String::new(),
+        kind => format!(" {kind}"),
+    }
+}
+
+/// The waiter lease in a fair call's line.
+fn waiter_word(c: &Call) -> String {
+    if c.kind == LockKind::Fair {
+        format!(" waiter lease {} ms", c.waiter_lease / 1_000_000)
+    } else {
+        String::new()
+    }
 }
 
 /// How a sibling on a held key or a detached call was made, for its lines.
@@ -166,13 +186,14 @@ pub fn summary(h: &History, duration_s: f64, violations: &[Violation]) -> String
     let losses = h.calls.iter().filter(|c| c.outcome.is_lost()).count();
     let _ = writeln!(out, "losses: {losses}");
     out.push_str(&nested_summary(h));
-    let mut rules = [0usize; 8];
+    out.push_str(&kinds_summary(h));
+    let mut rules = [0usize; 11];
     for v in violations {
-        rules[usize::from(v.rule).min(7)] += 1;
+        rules[usize::from(v.rule).min(10)] += 1;
     }
     let _ = writeln!(
         out,
-        "violations: {} (mutual exclusion {}, fencing {}, bounded calls {}, availability {}, siblings {}, after hold {}, released keys {})",
+        "violations: {} (mutual exclusion {}, fencing {}, bounded calls {}, availability {}, siblings {}, after hold {}, released keys {}, permits {}, fair order {}, kinds apart {})",
         violations.len(),
         rules[1],
         rules[2],
@@ -180,7 +201,10 @@ pub fn summary(h: &History, duration_s: f64, violations: &[Violation]) -> String
         rules[4],
         rules[5],
         rules[6],
-        rules[7]
+        rules[7],
+        rules[8],
+        rules[9],
+        rules[10]
     );
     if h.bad_lines > 0 {
         let _ = writeln!(out, "unparsed lines: {}", h.bad_lines);
@@ -210,6 +234,42 @@ fn nested_summary(h: &History) -> String {
         let _ = writeln!(out, "{label}: {total}: {}", outcomes.join(" "));
     }
     let _ = writeln!(out, "resumes: {}", h.resumes.len());
+    out
+}
+
+/// The calls of each lock kind (acquisitions, by outcome), the most
+/// readers and permit holders inside at once per key, and the fair pairs
+/// rule 9 checked; nothing when every call is plain.
+fn kinds_summary(h: &History) -> String {
+    let mut out = String::new();
+    if h.calls.iter().all(|c| c.kind == LockKind::Plain) {
+        return out;
+    }
+    let mut by_kind: BTreeMap<LockKind, BTreeMap<Outcome, usize>> = BTreeMap::new();
+    for c in h.calls.iter().filter(|c| !c.is_reentry()) {
+        *by_kind
+            .entry(c.kind)
+            .or_default()
+            .entry(c.outcome)
+            .or_default() += 1;
+    }
+    for (kind, outcomes) in &by_kind {
+        let total: usize = outcomes.values().sum();
+        let list: Vec<String> = outcomes.iter().map(|(o, n)| format!("{o}={n}")).collect();
+        let _ = writeln!(out, "kind {kind}: {total}: {}", list.join(" "));
+    }
+    let ix = Index::new(h);
+    let most: Vec<String> = crate::kinds::most_inside(&ix)
+        .iter()
+        .map(|(key, (n, kind))| format!("{key} ({kind}) {n}"))
+        .collect();
+    let _ = writeln!(out, "most inside at once: {}", most.join(", "));
+    let fair = crate::kinds::fair_pairs(&ix, &Limits::default());
+    let _ = writeln!(
+        out,
+        "fair pairs that waited together: {} ({} with the later one first, excused by a fault)",
+        fair.checked, fair.excused
+    );
     out
 }
 

@@ -8,10 +8,12 @@ use std::time::{Duration, Instant};
 
 use tokio::task::JoinHandle;
 
-use lock_runtime::{distributed_lock, LockClient, LockClientBuilder, LockError, LockOptions};
+use lock_runtime::{
+    distributed_lock, LockClient, LockClientBuilder, LockError, LockMode, LockOptions,
+};
 
-use crate::history::{NestKind, Outcome};
-use crate::plan::{self, How, Inner, Op, Step};
+use crate::history::{LockKind, NestKind, Outcome};
+use crate::plan::{self, How, Inner, Op, Space, Step};
 use crate::record::{self, BodyGuard, CallGuard, Ctx};
 use crate::rng::Rng;
 
@@ -37,6 +39,9 @@ pub struct WorkerArgs {
     pub run_ms: u64,
     /// Whether sibling calls always take two different keys.
     pub distinct_siblings: bool,
+    /// Whether the tasks run the kinds workload ([`plan::kinds_op`])
+    /// instead of the plain one.
+    pub lock_kinds: bool,
 }
 
 static SECOND: OnceLock<LockClient> = OnceLock::new();
@@ -95,6 +100,12 @@ async fn connect(prefix: &str, deploy: &str, urls: &[String]) -> Result<LockClie
 
 #[distributed_lock(key = "k<key>", lease = "500ms", wait = "1s")]
 async fn annotated(key: u64, step: &Step, ctx: &Ctx) -> Result<(), CallError> {
+    body(step, ctx).await
+}
+
+/// A plain call on a read-write key of the kinds workload: a writer.
+#[distributed_lock(key = "rw<key>", lease = "500ms", wait = "1s")]
+async fn annotated_rw(key: u64, step: &Step, ctx: &Ctx) -> Result<(), CallError> {
     body(step, ctx).await
 }
 
@@ -193,6 +204,7 @@ fn classify(result: Result<(), CallError>) -> Outcome {
             LockError::Backend { .. } => Outcome::Backend,
             LockError::NoQuorum { .. } => Outcome::NoQuorum,
             LockError::NotReplicated { .. } => Outcome::NotReplicated,
+            LockError::KindMismatch { .. } => Outcome::KindMismatch,
             _ => Outcome::Other,
         },
     }
@@ -237,19 +249,36 @@ fn site_call(step: Step, site: Site) -> Boxed {
             task: site.task,
             call: id,
             acq: site.reentry_of.unwrap_or(id),
-            key: format!("k{}", step.key),
+            key: step.key_name(),
             client: step.client,
             top: site.top,
         };
         if let Some((parent, kind)) = site.nesting {
             record::nesting(&ctx, parent, kind);
         }
-        let guard = CallGuard::start(&ctx, step.wait_ms, step.lease_ms);
-        let options = LockOptions::new()
+        let waiter_lease = step
+            .waiter_lease_ms
+            .unwrap_or(plan::DEFAULT_WAITER_LEASE_MS);
+        let times = (step.wait_ms, step.lease_ms, waiter_lease);
+        let guard = CallGuard::start(&ctx, times, step.kind);
+        let mut options = LockOptions::new()
             .lease(Duration::from_millis(step.lease_ms))
             .wait(Duration::from_millis(step.wait_ms))
             .renew(step.renew);
+        options = match step.kind {
+            LockKind::Plain => options,
+            LockKind::Read => options.mode(LockMode::Read),
+            LockKind::Write => options.mode(LockMode::Write),
+            LockKind::Permits(n) => options.permits(n),
+            LockKind::Fair => options.fair(true),
+        };
+        if let Some(ms) = step.waiter_lease_ms {
+            options = options.waiter_lease(Duration::from_millis(ms));
+        }
         let result = match (step.how, step.client) {
+            (How::Annotated, _) if step.space == Space::ReadWrite => {
+                annotated_rw(step.key, &step, &ctx).await
+            }
             (How::Annotated, _) => annotated(step.key, &step, &ctx).await,
             (How::RunLocked, 0) => {
                 lock_runtime::run_locked(&ctx.key, options, body(&step, &ctx)).await
@@ -298,7 +327,11 @@ async fn task_loop(args: WorkerArgs, task: u32, until: Instant) {
         if Instant::now() >= until {
             break;
         }
-        let op = plan::op(&mut rng, args.distinct_siblings);
+        let op = if args.lock_kinds {
+            plan::kinds_op(&mut rng, args.deploy == "redlock")
+        } else {
+            plan::op(&mut rng, args.distinct_siblings)
+        };
         run_op(op, task).await;
         let pause = rng.range(0, 5);
         tokio::time::sleep(Duration::from_millis(pause)).await;

@@ -452,3 +452,44 @@ on_both_backends! {
         holder.await.expect("task").expect("holder");
     }
 }
+
+on_both_backends! {
+    /// A writer and a reader of one client called side by side behind
+    /// another client's reader: whichever heads this client's line, the
+    /// writer, whose claim holds the reader back, gets in as soon as the
+    /// key is free (ten trials).
+    async fn a_writer_behind_its_own_clients_reader_gets_in_when_the_key_frees(env: Env) {
+        let other = env.other_client().await;
+        for trial in 0..10 {
+            let key = format!("side{trial}");
+            let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
+            let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
+            let (holder_client, holder_key) = (other.clone(), key.clone());
+            let holder = tokio::spawn(async move {
+                holder_client
+                    .run_locked(&holder_key, read(), async {
+                        let _ = entered_tx.send(());
+                        let _ = leave_rx.await;
+                        Ok::<_, LockError>(Instant::now())
+                    })
+                    .await
+            });
+            entered_rx.await.expect("the other client's reader is inside");
+            let writer = env.client.run_locked(&key, write().wait(Duration::from_secs(5)), async {
+                Ok::<_, LockError>(Instant::now())
+            });
+            let reader = env.client.run_locked(&key, read().wait(Duration::from_secs(5)), async {
+                Ok::<_, LockError>(())
+            });
+            let release = async {
+                tokio::time::sleep(Duration::from_millis(150)).await;
+                let _ = leave_tx.send(());
+            };
+            let (written, read_done, ()) = tokio::join!(writer, reader, release);
+            let left = holder.await.expect("task").expect("holder");
+            read_done.expect("the reader got in after the writer");
+            let after = written.expect("the writer got in").saturating_duration_since(left);
+            assert!(after < Duration::from_millis(500), "trial {trial}: the writer got in {after:?} after the key was free");
+        }
+    }
+}

@@ -259,7 +259,7 @@ impl Line<'_> {
             }
             let head = ticket.is_head();
             let beat = place.armed && Instant::now() >= beat_at;
-            if beat || tries(head, timer, ticket.named()) {
+            if beat || tries((head, place.armed), timer, ticket.named()) {
                 let sent = Instant::now();
                 *self.attempts += 1;
                 let claim = Claim {
@@ -312,12 +312,15 @@ impl Line<'_> {
 /// Whether a waiter tries now (apart from its heartbeat): the head tries
 /// on its timer and on news, except news of a fair release that named
 /// another waiter here (`named`: see [`crate::wakeup::Ticket::named`]),
-/// which that waiter tries instead.
-fn tries(head: bool, timer: bool, named: Option<bool>) -> bool {
+/// which that waiter tries instead. A waiter that keeps a place in the
+/// backend's line (`placed`) tries on other news too, even behind the
+/// head: the backend may serve it first (a writer whose claim holds back
+/// the reader at the head here).
+fn tries((head, placed): (bool, bool), timer: bool, named: Option<bool>) -> bool {
     match named {
         Some(true) => true,
         Some(false) => head && timer,
-        None => head,
+        None => head || (placed && !timer),
     }
 }
 

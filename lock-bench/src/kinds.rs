@@ -255,7 +255,7 @@ impl Raw {
         }
     }
 
-    /// The shared acquire's ARGV[3] and ARGV[5], as the library sends them.
+    /// The shared acquire's `ARGV[3]` and `ARGV[5]`, as the library sends them.
     fn shared_kind(self) -> Option<(&'static str, u32)> {
         match self {
             Raw::Read => Some(("r", 0)),

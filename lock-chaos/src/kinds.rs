@@ -45,11 +45,10 @@ use crate::plan::DEFAULT_WAITER_LEASE_MS;
 /// worker before the call's first request leaves, and the server orders
 /// the line by when requests arrive: scheduling on loaded cores, the
 /// proxies and the clock reads put noise of up to tens of milliseconds
-/// between the two. And within one client only the head of the client's
-/// line for a key tries when a release is announced (the others keep
-/// their places by heartbeat), so a waiter named by the announcement may
-/// enter a little later than the order alone says, though never after a
-/// later one. The margin keeps such noise from being taken for disorder.
+/// between the two. And within one client a fair notice wakes only the
+/// waiter it names (the others keep their places by heartbeat), so a
+/// waiter may enter a little later than the order alone says, though
+/// never after a later one. The margin keeps such noise from being taken for disorder.
 pub const FAIR_MARGIN: u64 = 200_000_000;
 
 /// Rule 8.

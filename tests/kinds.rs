@@ -493,3 +493,69 @@ on_both_backends! {
         }
     }
 }
+
+/// A zero-wait call that finds the key held sends its one acquire and
+/// nothing else, whatever the kind; one that took a place in a line (a
+/// fair ticket) gives it back with one release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_zero_wait_call_sends_one_request_and_gives_back_only_a_place() {
+    let env = support::Env::new(support::Kind::Redis).await;
+    let server = env.server.as_ref().expect("a Redis server");
+    let cases = [
+        ("plain", LockOptions::new(), 1),
+        ("reader", read(), 1),
+        ("permit", LockOptions::new().permits(1), 1),
+        ("fair", LockOptions::new().fair(true), 2),
+    ];
+    for (name, options, requests) in cases {
+        let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
+        let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
+        let holder_options = if name == "reader" { write() } else { options };
+        let client = env.client.clone();
+        let key = format!("try-{name}");
+        let holder_key = key.clone();
+        let holder = tokio::spawn(async move {
+            client
+                .run_locked(&holder_key, holder_options, async {
+                    let _ = entered_tx.send(());
+                    let _ = leave_rx.await;
+                    Ok::<_, LockError>(())
+                })
+                .await
+        });
+        entered_rx.await.expect("the holder is inside");
+        let other = env.other_client().await;
+        // The kind's scripts loaded on the server (a first EVALSHA of a
+        // script the server does not have yet counts twice).
+        other
+            .run_locked(&format!("warm-{name}"), options, async {
+                Ok::<_, LockError>(())
+            })
+            .await
+            .expect("an uncontended call");
+        let before = server.command_calls("evalsha");
+        let error = other
+            .run_locked(&key, options.wait(Duration::ZERO), async {
+                Ok::<_, LockError>(())
+            })
+            .await
+            .expect_err("held");
+        assert!(
+            matches!(error, LockError::Timeout { .. }),
+            "{name}: {error}"
+        );
+        // The give-back of a place runs in the background.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while server.command_calls("evalsha") - before < requests && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let sent = server.command_calls("evalsha") - before;
+        assert_eq!(
+            sent, requests,
+            "{name}: requests sent by a refused zero-wait call"
+        );
+        let _ = leave_tx.send(());
+        holder.await.expect("task").expect("holder");
+    }
+}

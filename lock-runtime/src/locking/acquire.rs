@@ -119,10 +119,12 @@ async fn take(
     if wait.is_zero() || !inner.waiters.is_waited(&key) || claim.kind == Kind::Fair {
         *attempts += 1;
         match attempt(client, &lane, &key, &owner_id, claim).await {
-            Ok(Acquire::Held(ttl) | Acquire::Queued(ttl)) if wait.is_zero() => {
+            Ok(refused @ (Acquire::Held(ttl) | Acquire::Queued(ttl))) if wait.is_zero() => {
                 telemetry::waiting(ttl, *attempts);
-                // A place taken in a line is given up at once.
-                drop(Place::new(client, &lane, &key, &owner_id, claim));
+                if matches!(refused, Acquire::Queued(_)) {
+                    // A place taken in a line is given up at once.
+                    drop(Place::new(client, &lane, &key, &owner_id, claim));
+                }
                 return Err(timed_out(client, key, start.elapsed()));
             }
             Ok(Acquire::Held(ttl)) => telemetry::waiting(ttl, *attempts),

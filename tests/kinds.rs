@@ -66,6 +66,33 @@ async fn inside(client: &LockClient, options: LockOptions, seen: &Inside, hold: 
         .expect("locked call");
 }
 
+/// A holder of `key` on `client`, inside its body when this returns; it
+/// leaves when the sender is used or dropped, and its task answers when it
+/// left.
+async fn hold_inside(
+    client: &LockClient,
+    key: &str,
+    options: LockOptions,
+) -> (
+    tokio::task::JoinHandle<Result<Instant, LockError>>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
+    let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
+    let (client, key) = (client.clone(), key.to_owned());
+    let holder = tokio::spawn(async move {
+        client
+            .run_locked(&key, options, async {
+                let _ = entered_tx.send(());
+                let _ = leave_rx.await;
+                Ok::<_, LockError>(Instant::now())
+            })
+            .await
+    });
+    entered_rx.await.expect("the holder is inside");
+    (holder, leave_tx)
+}
+
 on_both_backends! {
     /// Six readers are inside at once (each waits for the others inside);
     /// then readers and writers mixed: a writer never overlaps anyone.
@@ -182,19 +209,7 @@ on_both_backends! {
     /// A call that meets another kind's live hold fails with
     /// `KindMismatch`, naming the key and both kinds.
     async fn a_call_that_meets_another_kind_fails_with_a_kind_mismatch(env: Env) {
-        let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
-        let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
-        let client = env.client.clone();
-        let holder = tokio::spawn(async move {
-            client
-                .run_locked("mixed", LockOptions::new().permits(2), async {
-                    let _ = entered_tx.send(());
-                    let _ = leave_rx.await;
-                    Ok::<_, LockError>(())
-                })
-                .await
-        });
-        entered_rx.await.expect("the permit holder is inside");
+        let (holder, leave_tx) = hold_inside(&env.client, "mixed", LockOptions::new().permits(2)).await;
         let error = env
             .client
             .run_locked("mixed", read(), async { Ok::<_, LockError>(()) })
@@ -269,19 +284,7 @@ on_both_backends! {
     async fn a_fair_line_serves_waiters_in_arrival_order(env: Env) {
         let other = env.other_client().await;
         let fair = LockOptions::new().fair(true).wait(Duration::from_secs(20));
-        let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
-        let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
-        let client = env.client.clone();
-        let holder = tokio::spawn(async move {
-            client
-                .run_locked("line", fair, async {
-                    let _ = entered_tx.send(());
-                    let _ = leave_rx.await;
-                    Ok::<_, LockError>(())
-                })
-                .await
-        });
-        entered_rx.await.expect("the holder is inside");
+        let (holder, leave_tx) = hold_inside(&env.client, "line", fair).await;
         let order = Arc::new(std::sync::Mutex::new(Vec::new()));
         let mut waiters = Vec::new();
         for i in 0..4 {
@@ -313,19 +316,7 @@ on_both_backends! {
     /// wait for a heartbeat (a third of the waiter lease, 1.7 s here).
     async fn a_fair_line_in_one_client_hands_off_without_waiting_for_heartbeats(env: Env) {
         let fair = LockOptions::new().fair(true).wait(Duration::from_secs(20));
-        let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
-        let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
-        let client = env.client.clone();
-        let holder = tokio::spawn(async move {
-            client
-                .run_locked("together", fair, async {
-                    let _ = entered_tx.send(());
-                    let _ = leave_rx.await;
-                    Ok::<_, LockError>(())
-                })
-                .await
-        });
-        entered_rx.await.expect("the holder is inside");
+        let (holder, leave_tx) = hold_inside(&env.client, "together", fair).await;
         let waiters: Vec<_> = (0..8)
             .map(|_| {
                 let client = env.client.clone();
@@ -361,19 +352,8 @@ on_both_backends! {
         let mut leaves = Vec::new();
         let mut holders = Vec::new();
         for _ in 0..2 {
-            let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
-            let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
-            let client = holders_client.clone();
-            holders.push(tokio::spawn(async move {
-                client
-                    .run_locked("quota", options, async {
-                        let _ = entered_tx.send(());
-                        let _ = leave_rx.await;
-                        Ok::<_, LockError>(())
-                    })
-                    .await
-            }));
-            entered_rx.await.expect("a holder is inside");
+            let (holder, leave_tx) = hold_inside(&holders_client, "quota", options).await;
+            holders.push(holder);
             leaves.push(leave_tx);
         }
         let entered = Arc::new(tokio::sync::Notify::new());
@@ -414,19 +394,7 @@ on_both_backends! {
     /// reader that queued behind it gets in at once, not at its own wait's
     /// end or the readers' lease.
     async fn a_reader_behind_a_writer_that_gives_up_gets_in_at_once(env: Env) {
-        let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
-        let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
-        let client = env.client.clone();
-        let holder = tokio::spawn(async move {
-            client
-                .run_locked("claim", read(), async {
-                    let _ = entered_tx.send(());
-                    let _ = leave_rx.await;
-                    Ok::<_, LockError>(())
-                })
-                .await
-        });
-        entered_rx.await.expect("the reader is inside");
+        let (holder, leave_tx) = hold_inside(&env.client, "claim", read()).await;
         let client = env.client.clone();
         let writer = tokio::spawn(async move {
             let options = write().wait(Duration::from_millis(300));
@@ -462,19 +430,7 @@ on_both_backends! {
         let other = env.other_client().await;
         for trial in 0..10 {
             let key = format!("side{trial}");
-            let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
-            let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
-            let (holder_client, holder_key) = (other.clone(), key.clone());
-            let holder = tokio::spawn(async move {
-                holder_client
-                    .run_locked(&holder_key, read(), async {
-                        let _ = entered_tx.send(());
-                        let _ = leave_rx.await;
-                        Ok::<_, LockError>(Instant::now())
-                    })
-                    .await
-            });
-            entered_rx.await.expect("the other client's reader is inside");
+            let (holder, leave_tx) = hold_inside(&other, &key, read()).await;
             let writer = env.client.run_locked(&key, write().wait(Duration::from_secs(5)), async {
                 Ok::<_, LockError>(Instant::now())
             });
@@ -508,22 +464,9 @@ async fn a_refused_zero_wait_call_sends_one_request_and_gives_back_only_a_place(
         ("fair", LockOptions::new().fair(true), 2),
     ];
     for (name, options, requests) in cases {
-        let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
-        let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
-        let holder_options = if name == "reader" { write() } else { options };
-        let client = env.client.clone();
         let key = format!("try-{name}");
-        let holder_key = key.clone();
-        let holder = tokio::spawn(async move {
-            client
-                .run_locked(&holder_key, holder_options, async {
-                    let _ = entered_tx.send(());
-                    let _ = leave_rx.await;
-                    Ok::<_, LockError>(())
-                })
-                .await
-        });
-        entered_rx.await.expect("the holder is inside");
+        let holder_options = if name == "reader" { write() } else { options };
+        let (holder, leave_tx) = hold_inside(&env.client, &key, holder_options).await;
         let other = env.other_client().await;
         // The kind's scripts loaded on the server (a first EVALSHA of a
         // script the server does not have yet counts twice).

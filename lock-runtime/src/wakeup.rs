@@ -99,10 +99,7 @@ impl Waiters {
     /// A hold of `key` with fencing token `token` was released (0: a token
     /// not known): the head of the queue should try, once per release.
     pub(crate) fn wake_release(&self, key: &[u8], token: u64) {
-        let Ok(key) = std::str::from_utf8(key) else {
-            return;
-        };
-        if let Some(slot) = self.with(|lines| lines.get(key).map(|l| l.slot.clone())) {
+        if let Some(slot) = self.slot(key) {
             if token == 0 || slot.last_release.swap(token, Ordering::AcqRel) != token {
                 slot.notify.notify_waiters();
             }
@@ -112,13 +109,17 @@ impl Waiters {
     /// A fair line's release named this client's waiter `owner` (its
     /// owner number) on `key`: that waiter should try.
     pub(crate) fn wake_named(&self, key: &[u8], owner: u64) {
-        let Ok(key) = std::str::from_utf8(key) else {
-            return;
-        };
-        if let Some(slot) = self.with(|lines| lines.get(key).map(|l| l.slot.clone())) {
+        if let Some(slot) = self.slot(key) {
             slot.named.store(owner, Ordering::Release);
             slot.notify.notify_waiters();
         }
+    }
+
+    /// The wake-up slot of the line on `key` (a key as a notice carries
+    /// it), if somebody here waits on it.
+    fn slot(&self, key: &[u8]) -> Option<Arc<Slot>> {
+        let key = std::str::from_utf8(key).ok()?;
+        self.with(|lines| lines.get(key).map(|l| l.slot.clone()))
     }
 
     /// Wakes every queue: news may have been missed (a reconnect).

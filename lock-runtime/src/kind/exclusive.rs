@@ -71,7 +71,20 @@ fn release_script(notices: Notices) -> &'static Script {
 
 /// The release of `owner`'s hold of `key` (of lease `lease`), with
 /// `token` in its notice.
-pub(super) fn release_call<'a>(
+fn release_call<'a>(
+    route: &impl Route,
+    key: &'a str,
+    hold: (&str, u64),
+    lease: Duration,
+) -> ScriptCall<'a> {
+    release_call_of(release_script, route, key, hold, lease)
+}
+
+/// A kind's release call: `script` for the route's notices, on `owner`'s
+/// hold of `key` (of lease `lease`, for which a route that fails over keeps
+/// it), with `token` in its notice.
+pub(super) fn release_call_of<'a>(
+    script: fn(Notices) -> &'static Script,
     route: &impl Route,
     key: &'a str,
     (owner, token): (&str, u64),
@@ -80,9 +93,23 @@ pub(super) fn release_call<'a>(
     let client_id = route.client_id();
     let args = (owner, client_id, token);
     let size = owner.len() + client_id.len() + 20;
-    let mut call = ScriptCall::new(release_script(route.notices()), key, args, size);
+    let mut call = ScriptCall::new(script(route.notices()), key, args, size);
     call.replay = Some(lease);
     call
+}
+
+/// Runs a release `call` (of any kind) over `lane`: freed when it answers 1.
+pub(super) async fn run_release(
+    route: &impl Route,
+    lane: &Lane,
+    call: &ScriptCall<'_>,
+) -> Result<Release, RedisError> {
+    let freed: i64 = route.run(lane, call).await?;
+    Ok(if freed == 1 {
+        Release::Freed
+    } else {
+        Release::NotHeld
+    })
 }
 
 /// Takes `key` for `owner` for the claim's lease on `route`, over `lane`.
@@ -137,13 +164,12 @@ pub(crate) async fn release(
     (owner, token): (&str, u64),
     lease: Duration,
 ) -> Result<Release, RedisError> {
-    let call = release_call(route, key, (owner, token), lease);
-    let freed: i64 = route.run(lane, &call).await?;
-    Ok(if freed == 1 {
-        Release::Freed
-    } else {
-        Release::NotHeld
-    })
+    run_release(
+        route,
+        lane,
+        &release_call(route, key, (owner, token), lease),
+    )
+    .await
 }
 
 /// Raises the kept fencing token of the lock `owner` holds to `token`;

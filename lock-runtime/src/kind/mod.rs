@@ -9,6 +9,7 @@ pub(crate) mod exclusive;
 pub(crate) mod memory;
 mod ops;
 mod quorum;
+mod scripted;
 pub(crate) mod shared;
 pub(crate) mod sources;
 

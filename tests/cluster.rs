@@ -397,14 +397,9 @@ async fn a_manual_failover_during_holds_keeps_the_locks_or_reports_them_lost() {
     let holders = hold_all(&a, &keys, Duration::from_secs(3)).await;
     let master = cluster.master_of(&format!("lock:{}", keys[0]));
     let replica = cluster.replica_of(master);
-    let _: () = redis::cmd("CLUSTER")
-        .arg("FAILOVER")
-        .query(&mut cluster.connection(replica))
-        .expect("CLUSTER FAILOVER");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cluster.is_master(replica) {
-        assert!(Instant::now() < deadline, "the replica was not promoted");
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    {
+        let cluster = &cluster;
+        tokio::task::block_in_place(|| cluster.manual_failover(replica));
     }
     cluster.wait_ok();
     check_after_failover(&cluster, &keys, holders, Duration::from_secs(20)).await;

@@ -143,20 +143,24 @@ async fn shutdown_on_memory() {
     ));
 }
 
-/// A redis-server on a TCP port of loopback, stopped by pid on drop.
-struct TcpServer(Child);
+/// A redis-server on a TCP port of loopback, in a directory of its own,
+/// stopped by pid on drop.
+struct TcpServer(Child, #[allow(dead_code)] support::TempDir);
 
 impl TcpServer {
     fn start(port: u16) -> TcpServer {
+        let dir = support::TempDir::new("lifecycle-tcp");
         let bin = support::server_bin();
         let child = Command::new(&bin)
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("{}: {e}", support::not_startable(&bin)));
-        TcpServer(child)
+        TcpServer(child, dir)
     }
 }
 

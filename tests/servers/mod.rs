@@ -74,6 +74,8 @@ impl TcpServer {
         command
             .arg(&file)
             .args(["--port", &port.to_string()])
+            .arg("--dir")
+            .arg(dir.path())
             .args(args);
         TcpServer::spawn(command, port, dir)
     }

@@ -215,6 +215,69 @@ impl RedisCluster {
             .expect("the master has a running replica")
     }
 
+    /// Promotes replica `replica` with `CLUSTER FAILOVER`, as an operator
+    /// would: first waits until the replica is in sync with its master (a
+    /// replica that is behind drops the request without an answer to say
+    /// so), then asks, and asks again while the promotion does not come.
+    /// Panics if the replica is not a master within `STATE_LIMIT`.
+    pub fn manual_failover(&self, replica: usize) {
+        let deadline = Instant::now() + STATE_LIMIT;
+        while Instant::now() < deadline {
+            if self.in_sync(replica) {
+                let mut con = self.connection(replica);
+                let _ = redis::cmd("CLUSTER")
+                    .arg("FAILOVER")
+                    .query::<()>(&mut con);
+                // A manual failover gives up after twice the node timeout
+                // (1 s here); wait a little longer than that before asking
+                // again.
+                let asked = Instant::now();
+                while asked.elapsed() < Duration::from_secs(3) {
+                    if self.is_master(replica) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            } else {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if self.is_master(replica) {
+                return;
+            }
+        }
+        panic!("the replica was not promoted within {STATE_LIMIT:?}");
+    }
+
+    /// Whether replica `i` has its link to the master up and has processed
+    /// everything the master has sent.
+    fn in_sync(&self, i: usize) -> bool {
+        let Ok(mut con) = self.try_connection(i) else {
+            return false;
+        };
+        let replication = info(&mut con, "replication");
+        let field = |text: &str, name: &str| -> Option<String> {
+            text.lines()
+                .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                .map(|v| v.trim().to_string())
+        };
+        if field(&replication, "master_link_status").as_deref() != Some("up") {
+            return false;
+        }
+        let (Some(port), Some(offset)) = (
+            field(&replication, "master_port"),
+            field(&replication, "slave_repl_offset"),
+        ) else {
+            return false;
+        };
+        let Some(master) = self.nodes.iter().position(|n| n.port.to_string() == port) else {
+            return false;
+        };
+        let Ok(mut master_con) = self.try_connection(master) else {
+            return false;
+        };
+        field(&info(&mut master_con, "replication"), "master_repl_offset") == Some(offset)
+    }
+
     fn any_running(&self) -> usize {
         (0..self.nodes.len())
             .find(|&i| self.nodes[i].child.is_some())

@@ -239,7 +239,8 @@ impl Line<'_> {
         queued: bool,
     ) -> Result<(Acquire, Instant), LockError> {
         let inner = &self.client.inner;
-        let ticket = inner.waiters.join(self.key, self.owner_number);
+        let fair = self.claim.kind == Kind::Fair;
+        let ticket = inner.waiters.join(self.key, self.owner_number, fair);
         let mut place = Place::new(self.client, self.lane, self.key, self.owner, self.claim);
         place.armed = queued;
         // A place is kept alive by asking again at a third of its lease.
@@ -261,7 +262,10 @@ impl Line<'_> {
             }
             let head = ticket.is_head();
             let beat = place.armed && Instant::now() >= beat_at;
-            if beat || tries((head, place.armed), timer, ticket.named()) {
+            // A fair hold of this client released: a waiter of another kind
+            // is in no fair line, and no notice names it.
+            let fair_freed = !fair && ticket.fair_released();
+            if beat || fair_freed || tries((head, place.armed), timer, ticket.named()) {
                 let sent = Instant::now();
                 *self.attempts += 1;
                 let claim = Claim {

@@ -243,6 +243,55 @@ async fn a_call_of_another_kind_behind_a_fair_waiter_gets_the_key_it_leaves() {
     }
 }
 
+/// A client with two waiters on a full counted lock: the first gets the
+/// last permit freed by a release, and the second, head now, gets the next
+/// permit as soon as a holder whose process died (no release, no notice)
+/// reaches the end of its lease, not at the end of its own 20 s wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_waiter_after_the_last_permit_tries_when_a_dead_holder_expires() {
+    let env = support::Env::new(support::Kind::Redis).await;
+    let server = env.server.as_ref().expect("a Redis server");
+    let other = env.other_client().await;
+    let options = LockOptions::new().permits(2).wait(Duration::from_secs(20));
+    let (holder, leave_holder) = hold_inside(&other, "quota", options).await;
+    // A holder whose process died: its permit frees at the end of its
+    // 3 s lease, and nobody announces it.
+    let dead = redis::Script::new(
+        lock_runtime::__private::script_source("shared_acquire").expect("a library script"),
+    );
+    let granted: Vec<i64> = dead
+        .key("lock:quota")
+        .arg("0123456789abcdef0123456789abcdef:1")
+        .arg(3000)
+        .arg("p")
+        .arg(5000)
+        .arg(2)
+        .invoke(&mut server.connection())
+        .expect("the dead holder's permit");
+    assert_eq!(granted.len(), 2, "a permit: {granted:?}");
+    let (first, first_in, first_leave) = call_holding(&env.client, "quota", options);
+    let first = start_waiting(&env, "quota", first).await;
+    let second = start_waiting(&env, "quota", call_once(&env.client, "quota", options)).await;
+    let released = Instant::now();
+    let _ = leave_holder.send(());
+    holder.await.expect("task").expect("holder");
+    first_in
+        .await
+        .expect("the first waiter got the freed permit");
+    let entered = tokio::time::timeout(Duration::from_secs(6), second)
+        .await
+        .expect("the second waiter still waited 6 s after the release")
+        .expect("task")
+        .expect("the second waiter got the dead holder's permit");
+    let after = entered - released;
+    assert!(
+        after < Duration::from_secs(5),
+        "the second waiter got in {after:?} after the release"
+    );
+    let _ = first_leave.send(());
+    first.await.expect("task").expect("first waiter");
+}
+
 /// A fair notice that names a waiter of this client no longer in line (it
 /// left before the notice came) does not make the client's other waiters
 /// on the key deaf to plain release notices: a plain waiter gets the key

@@ -7,9 +7,10 @@
 //!
 //! A release notice (from this client, or from Redis pub/sub) wakes the
 //! queue and the head tries. When the head takes the lock it leaves quietly:
-//! the next waiter becomes head and waits for the next release. When the
-//! head gives up (timeout, cancellation) it wakes the queue, so the new head
-//! tries at once.
+//! the next waiter becomes head and waits for the next release (unless a
+//! shared kind has room for it too, or a permit was taken: then it tries
+//! once at once). When the head gives up (timeout, cancellation) it wakes
+//! the queue, so the new head tries at once.
 //!
 //! A fair line's release names the waiter that goes next; the name is kept
 //! only while that waiter is in line here. A fair hold's release by this
@@ -253,10 +254,11 @@ impl Ticket {
     }
 
     /// Leaves the line holding the lock: the next waiter becomes head and,
-    /// when there is `room` for it too (a shared kind's place), tries at
-    /// once; otherwise it waits for this holder's release.
-    pub(crate) fn acquired(&self, room: bool) {
-        self.wake_on_leave.store(room, Ordering::Relaxed);
+    /// if `next_tries` (there is room for it too, or it needs to learn when
+    /// to try: see `locking::acquire`), tries at once; otherwise it waits
+    /// for this holder's release.
+    pub(crate) fn acquired(&self, next_tries: bool) {
+        self.wake_on_leave.store(next_tries, Ordering::Relaxed);
     }
 }
 

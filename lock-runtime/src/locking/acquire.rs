@@ -288,7 +288,7 @@ impl Line<'_> {
                     }
                     Ok(answer) => {
                         place.armed = false;
-                        ticket.acquired(matches!(answer, Acquire::Shared { room: true, .. }));
+                        ticket.acquired(next_tries(answer, self.claim.kind));
                         return Ok((answer, sent));
                     }
                     Err(source) => {
@@ -327,6 +327,21 @@ fn tries((head, placed): (bool, bool), timer: bool, named: Option<bool>) -> bool
         Some(true) => true,
         Some(false) => head && timer,
         None => head || (placed && !timer),
+    }
+}
+
+/// Whether the next waiter here tries at once when this one leaves the line
+/// with the lock (`answer`, for a claim of `kind`): when there is room for
+/// it too; and after a permit, always. The next waiter has never asked as
+/// head, so it knows no holder's expiry to try again at (a permit that frees
+/// unannounced, its holder's lease run out, would leave it waiting for its
+/// deadline), and a notice that came while this waiter's request was out
+/// found it behind this one: its one request learns both. The exclusive
+/// lock's next head needs no such try: this holder's release wakes it.
+fn next_tries(answer: Acquire, kind: Kind) -> bool {
+    match answer {
+        Acquire::Shared { room, .. } => room || matches!(kind, Kind::Permits(_)),
+        _ => false,
     }
 }
 

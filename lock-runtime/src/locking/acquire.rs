@@ -119,17 +119,17 @@ async fn take(
     if wait.is_zero() || !inner.waiters.is_waited(&key) || claim.kind == Kind::Fair {
         *attempts += 1;
         match attempt(client, &lane, &key, &owner_id, claim).await {
-            Ok(refused @ (Acquire::Held(ttl) | Acquire::Queued(ttl))) if wait.is_zero() => {
-                telemetry::waiting(ttl, *attempts);
-                if matches!(refused, Acquire::Queued(_)) {
+            Ok(refused @ (Acquire::Held(_) | Acquire::Queued { .. })) if wait.is_zero() => {
+                telemetry::waiting(refused.holder_ttl(), *attempts);
+                if matches!(refused, Acquire::Queued { .. }) {
                     // A place taken in a line is given up at once.
                     drop(Place::new(client, &lane, &key, &owner_id, claim));
                 }
                 return Err(timed_out(client, key, start.elapsed()));
             }
             Ok(Acquire::Held(ttl)) => telemetry::waiting(ttl, *attempts),
-            Ok(Acquire::Queued(ttl)) => {
-                telemetry::waiting(ttl, *attempts);
+            Ok(Acquire::Queued { holder_ttl, .. }) => {
+                telemetry::waiting(holder_ttl, *attempts);
                 queued = true;
             }
             Ok(answer) => return settle(client, &lane, won(key, answer, start)).await,
@@ -274,12 +274,12 @@ impl Line<'_> {
                 };
                 let answer = attempt(self.client, self.lane, self.key, self.owner, claim);
                 match answer.await {
-                    Ok(refused @ (Acquire::Held(ttl) | Acquire::Queued(ttl))) => {
+                    Ok(refused @ (Acquire::Held(ttl) | Acquire::Queued { ttl, .. })) => {
                         // Only a refusal that kept a place needs a
                         // heartbeat; `Held` means there is none (any more).
-                        place.armed = matches!(refused, Acquire::Queued(_));
+                        place.armed = matches!(refused, Acquire::Queued { .. });
                         beat_at = Instant::now() + heartbeat;
-                        telemetry::waiting(ttl, *self.attempts);
+                        telemetry::waiting(refused.holder_ttl(), *self.attempts);
                         let ttl = ttl.unwrap_or(NO_TTL_RETRY).max(Duration::from_millis(1));
                         // A TTL set by hand may be beyond any deadline.
                         retry_at = Instant::now()

@@ -3,11 +3,14 @@
 //! keeps arrival order, and the re-entry rules of each kind.
 mod support;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use lock_runtime::{LockClient, LockError, LockMode, LockOptions};
+use tokio::task::JoinHandle;
 
 /// Who is inside a key's critical section now, and the most ever.
 #[derive(Default)]
@@ -91,6 +94,246 @@ async fn hold_inside(
     });
     entered_rx.await.expect("the holder is inside");
     (holder, leave_tx)
+}
+
+/// Runs `call` in a task of its own, and answers once it waits in its
+/// client's line for `key` (a call of `env.client`). Its first poll, here,
+/// puts it there when it queues behind waiters of its client without asking,
+/// and on the embedded backend in any case (its requests are answered in
+/// place); on Redis, a call that asks first is in line when the client
+/// listens for the key's releases, which it starts when its first waiter
+/// joins the line.
+async fn start_waiting<F>(env: &support::Env, key: &str, call: F) -> JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let mut call = Box::pin(call);
+    let first = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx).is_pending()));
+    assert!(first.await, "the call on {key} ended at its first poll");
+    let call = tokio::spawn(call);
+    if let Some(server) = &env.server {
+        let channel = format!("lock:{key}");
+        let listened = support::eventually(Duration::from_secs(10), || {
+            let (_, listeners): (String, u64) = redis::cmd("PUBSUB")
+                .arg("NUMSUB")
+                .arg(&channel)
+                .query(&mut server.connection())
+                .expect("PUBSUB NUMSUB");
+            listeners > 0
+        });
+        assert!(listened.await, "nobody waits on {key}");
+    }
+    call
+}
+
+/// A call on `key` of `client` with `options`, whose body tells when it is
+/// inside and leaves when the sender is used or dropped.
+fn call_holding(
+    client: &LockClient,
+    key: &str,
+    options: LockOptions,
+) -> (
+    impl Future<Output = Result<(), LockError>> + Send + 'static,
+    tokio::sync::oneshot::Receiver<()>,
+    tokio::sync::oneshot::Sender<()>,
+) {
+    let (entered_tx, entered_rx) = tokio::sync::oneshot::channel();
+    let (leave_tx, leave_rx) = tokio::sync::oneshot::channel::<()>();
+    let (client, key) = (client.clone(), key.to_owned());
+    let call = async move {
+        client
+            .run_locked(&key, options, async {
+                let _ = entered_tx.send(());
+                let _ = leave_rx.await;
+                Ok::<_, LockError>(())
+            })
+            .await
+    };
+    (call, entered_rx, leave_tx)
+}
+
+/// A call on `key` of `client` with `options` and an empty body, which
+/// answers when it got in.
+fn call_once(
+    client: &LockClient,
+    key: &str,
+    options: LockOptions,
+) -> impl Future<Output = Result<Instant, LockError>> + Send + 'static {
+    let (client, key) = (client.clone(), key.to_owned());
+    async move {
+        client
+            .run_locked(&key, options, async { Ok::<_, LockError>(Instant::now()) })
+            .await
+    }
+}
+
+/// The other kinds than fair, each with a wait far beyond what the tests
+/// allow them.
+fn unfair_kinds() -> [(&'static str, LockOptions); 3] {
+    let long = Duration::from_secs(30);
+    [
+        ("plain", LockOptions::new().wait(long)),
+        ("read", read().wait(long)),
+        ("permits", LockOptions::new().permits(2).wait(long)),
+    ]
+}
+
+on_both_backends! {
+    /// A plain, read or permit call that queued behind a fair waiter of its
+    /// own client, on a key that this client holds fair, fails with
+    /// `KindMismatch` as soon as the fair hold is released (the fair waiter
+    /// goes next), not at the end of its 30 s wait: the fair release's
+    /// notice names only the fair waiter.
+    async fn a_call_of_another_kind_behind_a_fair_waiter_hears_of_the_fair_release(env: Env) {
+        let fair = LockOptions::new().fair(true).wait(Duration::from_secs(30));
+        for (name, options) in unfair_kinds() {
+            let key = format!("fair-then-{name}");
+            let (holder, leave_holder) = hold_inside(&env.client, &key, fair).await;
+            let (waiter, waiter_in, waiter_leave) = call_holding(&env.client, &key, fair);
+            let waiter = start_waiting(&env, &key, waiter).await;
+            let other = start_waiting(&env, &key, call_once(&env.client, &key, options)).await;
+            let _ = leave_holder.send(());
+            holder.await.expect("task").expect("holder");
+            let outcome = tokio::time::timeout(Duration::from_secs(5), other)
+                .await
+                .unwrap_or_else(|_| panic!("{name}: still waiting 5 s after the fair hold left"))
+                .expect("task");
+            let error = outcome.expect_err("the key is the fair waiter's");
+            assert!(matches!(error, LockError::KindMismatch { .. }), "{name}: {error}");
+            waiter_in.await.expect("the fair waiter got in");
+            let _ = waiter_leave.send(());
+            waiter.await.expect("task").expect("fair waiter");
+        }
+    }
+}
+
+/// A plain, read or permit call that queued behind a fair waiter of its own
+/// client, served after another client's fair holder, ends at once when
+/// that waiter leaves: it gets the key (the fair release publishes nothing
+/// when nobody else waits in the fair line, and this client's own release
+/// wakes the call), or, if it was woken while the fair waiter held the key,
+/// failed with `KindMismatch` then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_of_another_kind_behind_a_fair_waiter_gets_the_key_it_leaves() {
+    let env = support::Env::new(support::Kind::Redis).await;
+    let other = env.other_client().await;
+    let fair = LockOptions::new().fair(true).wait(Duration::from_secs(30));
+    for (name, options) in unfair_kinds() {
+        let key = format!("fair-then-{name}");
+        let (holder, leave_holder) = hold_inside(&other, &key, fair).await;
+        let (waiter, waiter_in, waiter_leave) = call_holding(&env.client, &key, fair);
+        let waiter = start_waiting(&env, &key, waiter).await;
+        let late = start_waiting(&env, &key, call_once(&env.client, &key, options)).await;
+        let _ = leave_holder.send(());
+        holder.await.expect("task").expect("holder");
+        waiter_in.await.expect("the fair waiter got in");
+        let left = Instant::now();
+        let _ = waiter_leave.send(());
+        waiter.await.expect("task").expect("fair waiter");
+        let outcome = tokio::time::timeout(Duration::from_secs(5), late)
+            .await
+            .unwrap_or_else(|_| panic!("{name}: still waiting 5 s after the fair waiter left"))
+            .expect("task");
+        match outcome {
+            Ok(entered) => println!("{name}: in {:?} after the fair waiter left", entered - left),
+            Err(LockError::KindMismatch { .. }) => println!("{name}: met the fair hold"),
+            Err(error) => panic!("{name}: {error}"),
+        }
+    }
+}
+
+/// A client with two waiters on a full counted lock: the first gets the
+/// last permit freed by a release, and the second, head now, gets the next
+/// permit as soon as a holder whose process died (no release, no notice)
+/// reaches the end of its lease, not at the end of its own 20 s wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_waiter_after_the_last_permit_tries_when_a_dead_holder_expires() {
+    let env = support::Env::new(support::Kind::Redis).await;
+    let server = env.server.as_ref().expect("a Redis server");
+    let other = env.other_client().await;
+    let options = LockOptions::new().permits(2).wait(Duration::from_secs(20));
+    let (holder, leave_holder) = hold_inside(&other, "quota", options).await;
+    // A holder whose process died: its permit frees at the end of its
+    // 3 s lease, and nobody announces it.
+    let dead = redis::Script::new(
+        lock_runtime::__private::script_source("shared_acquire").expect("a library script"),
+    );
+    let granted: Vec<i64> = dead
+        .key("lock:quota")
+        .arg("0123456789abcdef0123456789abcdef:1")
+        .arg(3000)
+        .arg("p")
+        .arg(5000)
+        .arg(2)
+        .invoke(&mut server.connection())
+        .expect("the dead holder's permit");
+    assert_eq!(granted.len(), 2, "a permit: {granted:?}");
+    let (first, first_in, first_leave) = call_holding(&env.client, "quota", options);
+    let first = start_waiting(&env, "quota", first).await;
+    let second = start_waiting(&env, "quota", call_once(&env.client, "quota", options)).await;
+    let released = Instant::now();
+    let _ = leave_holder.send(());
+    holder.await.expect("task").expect("holder");
+    first_in
+        .await
+        .expect("the first waiter got the freed permit");
+    let entered = tokio::time::timeout(Duration::from_secs(6), second)
+        .await
+        .expect("the second waiter still waited 6 s after the release")
+        .expect("task")
+        .expect("the second waiter got the dead holder's permit");
+    let after = entered - released;
+    assert!(
+        after < Duration::from_secs(5),
+        "the second waiter got in {after:?} after the release"
+    );
+    let _ = first_leave.send(());
+    first.await.expect("task").expect("first waiter");
+}
+
+/// A fair notice that names a waiter of this client no longer in line (it
+/// left before the notice came) does not make the client's other waiters
+/// on the key deaf to plain release notices: a plain waiter gets the key
+/// as soon as its holder (another client) releases it, not at the end of
+/// its 20 s wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fair_notice_for_a_waiter_that_left_does_not_silence_the_line() {
+    let env = support::Env::new(support::Kind::Redis).await;
+    let server = env.server.as_ref().expect("a Redis server");
+    let other = env.other_client().await;
+    // This client's id, from the owner of a lock it held.
+    let (probe, probe_in, probe_leave) = call_holding(&env.client, "probe", LockOptions::new());
+    let probe = tokio::spawn(probe);
+    probe_in.await.expect("the probe is inside");
+    let (_, _, owner) = server.lock_value("lock:probe").expect("the probe's lock");
+    let (client_id, _) = owner.rsplit_once(':').expect("an owner id");
+    let _ = probe_leave.send(());
+    probe.await.expect("task").expect("probe");
+
+    let plain = LockOptions::new().wait(Duration::from_secs(20));
+    let (holder, leave_holder) = hold_inside(&other, "named", plain).await;
+    let waiter = start_waiting(&env, "named", call_once(&env.client, "named", plain)).await;
+    // A fair release's notice for a waiter of this client that has left:
+    // it comes on the same connection as the release's, before it.
+    let _: u64 = redis::cmd("PUBLISH")
+        .arg("lock:named")
+        .arg(format!(">{client_id}:999999"))
+        .query(&mut server.connection())
+        .expect("PUBLISH");
+    let released = Instant::now();
+    let _ = leave_holder.send(());
+    holder.await.expect("task").expect("holder");
+    let entered = tokio::time::timeout(Duration::from_secs(6), waiter)
+        .await
+        .expect("the waiter still waited 6 s after the release")
+        .expect("task")
+        .expect("the waiter got the key");
+    let after = entered - released;
+    assert!(
+        after < Duration::from_secs(5),
+        "the waiter got in {after:?} after the release"
+    );
 }
 
 on_both_backends! {

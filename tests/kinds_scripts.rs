@@ -25,7 +25,8 @@ enum Answer {
     Shared(i64, bool),
     /// Refused: the ttl in ms.
     Held(i64),
-    /// Refused, a place kept: the ttl in ms.
+    /// Refused, a place kept: the ttl in ms (a fair waiter's answer also
+    /// gives the holder's lease left: see `fair_wait`).
     Queued(i64),
 }
 
@@ -34,6 +35,7 @@ fn answer(value: Value) -> Answer {
         Value::Int(n) if n > 0 => Answer::Token(n),
         Value::Int(n) => Answer::Held(-2 - n),
         Value::Array(items) => match items.as_slice() {
+            [Value::Int(n), Value::Int(_)] if *n < 0 => Answer::Queued(-2 - n),
             [Value::Int(t), Value::Int(room)] => Answer::Shared(*t, *room == 1),
             [Value::Int(n)] => Answer::Queued(-2 - n),
             other => panic!("unexpected answer {other:?}"),
@@ -250,6 +252,40 @@ fn a_fair_line_serves_in_arrival_order_and_names_the_next_waiter() {
     assert_eq!(error.code(), Some("LOCKKIND"), "{error}");
     assert_eq!(give_back(&mut con, "shared_release", "b:1"), 1);
     token(&take(&mut con, "c:1", "q", 0, LONG));
+}
+
+/// A fair caller's refusal: when to ask again (ms) and the holder's lease
+/// left (ms, 0 when nobody holds the lock).
+fn fair_wait(con: &mut Connection, owner: &str) -> (i64, i64) {
+    let value = try_take(con, owner, "q", 0).expect("shared acquire.lua");
+    match value {
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(n), Value::Int(holder)] if *n < 0 => (-2 - n, *holder),
+            other => panic!("not a fair refusal with the holder's lease: {other:?}"),
+        },
+        other => panic!("not a fair refusal: {other:?}"),
+    }
+}
+
+#[test]
+fn a_fair_waiter_learns_the_holders_lease_beside_when_to_ask_again() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    token(&take(&mut con, "a:1", "q", 0, LONG));
+    // The first waiter asks again at the holder's expiry.
+    let (retry, holder) = fair_wait(&mut con, "b:1");
+    assert!(retry > LONG as i64 - 1000, "{retry}");
+    assert!(holder > LONG as i64 - 1000, "{holder}");
+    // The second one at the place ahead's (its waiter lease), should b's
+    // process die; the holder still has its own 30 s.
+    let (retry, holder) = fair_wait(&mut con, "c:1");
+    assert!(retry <= WAITER as i64, "{retry}");
+    assert!(holder > LONG as i64 - 1000, "{holder}");
+    // Nobody holds it: b goes first, and the lease left is 0.
+    assert_eq!(give_back(&mut con, "shared_release", "a:1"), 1);
+    let (retry, holder) = fair_wait(&mut con, "c:1");
+    assert!(retry <= WAITER as i64, "{retry}");
+    assert_eq!(holder, 0);
 }
 
 #[test]

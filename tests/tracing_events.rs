@@ -376,6 +376,62 @@ async fn lock_events_nest_in_the_callers_span_at_their_levels() {
         "job",
     );
 
+    // A fair waiter behind another one: its waiting event gives the
+    // holder's lease left (30 s by default), not the place ahead's (the
+    // waiter lease, 5 s), though it asks again at the latter.
+    let fair = LockOptions::new().fair(true);
+    let (taken_tx, taken_rx) = tokio::sync::oneshot::channel();
+    let (free_tx, free_rx) = tokio::sync::oneshot::channel::<()>();
+    let holder = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .run_locked("line:1", fair, async {
+                    let _ = taken_tx.send(());
+                    let _ = free_rx.await;
+                    Ok::<_, LockError>(())
+                })
+                .await
+        }
+    });
+    taken_rx.await.expect("the holder took the lock");
+    let first = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let call = client.run_locked("line:1", fair, async { Ok::<_, LockError>(()) });
+            in_caller("handler", call).await
+        }
+    });
+    capture.wait_for("lock:line:1", "lock busy; waiting").await;
+    let second = client.run_locked("line:1", fair.wait(Duration::from_millis(50)), async {
+        Ok::<_, LockError>(())
+    });
+    let outcome = in_caller("job", second).await;
+    assert!(
+        matches!(outcome, Err(LockError::Timeout { .. })),
+        "{outcome:?}"
+    );
+    let events = capture.of("lock:line:1");
+    let waiting: Vec<&Seen> = events
+        .iter()
+        .filter(|e| e.message == "lock busy; waiting" && e.under_caller("job"))
+        .collect();
+    assert!(!waiting.is_empty(), "no waiting event: {events:#?}");
+    for event in waiting {
+        let ttl = &event.fields["holder_ttl"];
+        let left = ttl
+            .strip_prefix("Some(")
+            .and_then(|ttl| ttl.strip_suffix("s)"))
+            .and_then(|secs| secs.parse::<f64>().ok());
+        assert!(left.is_some_and(|left| left > 20.0), "holder_ttl {ttl}");
+    }
+    free_tx.send(()).expect("the holder waits");
+    holder.await.expect("no panic").expect("the holder's call");
+    first
+        .await
+        .expect("no panic")
+        .expect("the first waiter's call");
+
     // Renewals, at trace, from the client's watchdog.
     let renewing = labelled.lease(Duration::from_millis(60));
     let body = async {

@@ -7,9 +7,15 @@
 //!
 //! A release notice (from this client, or from Redis pub/sub) wakes the
 //! queue and the head tries. When the head takes the lock it leaves quietly:
-//! the next waiter becomes head and waits for the next release. When the
-//! head gives up (timeout, cancellation) it wakes the queue, so the new head
-//! tries at once.
+//! the next waiter becomes head and waits for the next release (unless a
+//! shared kind has room for it too, or a permit was taken: then it tries
+//! once at once). When the head gives up (timeout, cancellation) it wakes
+//! the queue, so the new head tries at once.
+//!
+//! A fair line's release names the waiter that goes next; the name is kept
+//! only while that waiter is in line here. A fair hold's release by this
+//! client wakes its waiters of other kinds on the key, which are in no fair
+//! line and would otherwise hear of nothing.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -24,14 +30,32 @@ struct Slot {
     /// Redlock nodes each announce a release, and it should wake it once.
     last_release: AtomicU64,
     /// The owner number of this client's waiter that the last fair notice
-    /// named (0: none): that waiter tries, not the head.
+    /// named (0: none): that waiter tries, not the head. Set only while
+    /// that waiter is in line, and cleared when it leaves (both under the
+    /// lines' lock), so that a name never outlives its waiter.
     named: AtomicU64,
+    /// How many fair holds of this client on the key were released while
+    /// waiters of other kinds waited on it (see
+    /// [`Waiters::wake_other_kinds`]).
+    fair_released: AtomicU64,
+}
+
+/// One waiter in a line.
+#[derive(Clone, Copy)]
+struct InLine {
+    /// Its ticket number.
+    number: u64,
+    /// The owner number of its acquisition, by which a fair notice names
+    /// it.
+    owner: u64,
+    /// Whether it waits for a fair lock.
+    fair: bool,
 }
 
 struct Line {
     slot: Arc<Slot>,
-    /// Ticket numbers in arrival order; the front is the head.
-    queue: VecDeque<u64>,
+    /// The waiters in arrival order; the front is the head.
+    queue: VecDeque<InLine>,
 }
 
 /// Called with a key when its first waiter comes or its last one leaves.
@@ -68,8 +92,8 @@ impl Waiters {
     }
 
     /// Queues a waiter on `key` (the acquisition with owner number
-    /// `owner`), behind those already there.
-    pub(crate) fn join(self: &Arc<Self>, key: &str, owner: u64) -> Ticket {
+    /// `owner`, for a fair lock if `fair`), behind those already there.
+    pub(crate) fn join(self: &Arc<Self>, key: &str, owner: u64, fair: bool) -> Ticket {
         let number = self.tickets.fetch_add(1, Ordering::Relaxed);
         let (slot, first) = self.with(|lines| {
             let mut first = false;
@@ -80,12 +104,17 @@ impl Waiters {
                     queue: VecDeque::new(),
                 }
             });
-            line.queue.push_back(number);
+            line.queue.push_back(InLine {
+                number,
+                owner,
+                fair,
+            });
             (line.slot.clone(), first)
         });
         if first {
             self.changed(key);
         }
+        let fair_released = slot.fair_released.load(Ordering::Acquire);
         Ticket {
             waiters: self.clone(),
             key: key.into(),
@@ -93,6 +122,7 @@ impl Waiters {
             number,
             owner,
             wake_on_leave: AtomicBool::new(true),
+            fair_released: AtomicU64::new(fair_released),
         }
     }
 
@@ -107,10 +137,43 @@ impl Waiters {
     }
 
     /// A fair line's release named this client's waiter `owner` (its
-    /// owner number) on `key`: that waiter should try.
+    /// owner number) on `key`: that waiter should try. A name for a waiter
+    /// that is not in line here (it left before the notice came: it took
+    /// the lock on its heartbeat, or gave up) is dropped: kept, it would
+    /// make the other waiters here wait for a name that never comes.
     pub(crate) fn wake_named(&self, key: &[u8], owner: u64) {
-        if let Some(slot) = self.slot(key) {
-            slot.named.store(owner, Ordering::Release);
+        let Ok(key) = std::str::from_utf8(key) else {
+            return;
+        };
+        let slot = self.with(|lines| {
+            let line = lines.get(key)?;
+            let waits = line.queue.iter().any(|waiter| waiter.owner == owner);
+            waits.then(|| {
+                line.slot.named.store(owner, Ordering::Release);
+                line.slot.clone()
+            })
+        });
+        if let Some(slot) = slot {
+            slot.notify.notify_waiters();
+        }
+    }
+
+    /// A fair hold of this client on `key` was released: its notice names
+    /// only the fair line's next waiter (or nobody, when the line is
+    /// empty), so this client's waiters of other kinds on the key (which
+    /// sit in no fair line) should each try now, head or not: the key is
+    /// free, or still a fair lock, which they are told at once
+    /// (`KindMismatch`). Nothing happens when only fair waiters wait here.
+    pub(crate) fn wake_other_kinds(&self, key: &str) {
+        let slot = self.with(|lines| {
+            let line = lines.get(key)?;
+            let others = line.queue.iter().any(|waiter| !waiter.fair);
+            others.then(|| {
+                line.slot.fair_released.fetch_add(1, Ordering::AcqRel);
+                line.slot.clone()
+            })
+        });
+        if let Some(slot) = slot {
             slot.notify.notify_waiters();
         }
     }
@@ -138,6 +201,8 @@ pub(crate) struct Ticket {
     /// The owner number of the waiting acquisition.
     owner: u64,
     wake_on_leave: AtomicBool,
+    /// The slot's count of fair releases that this waiter has seen.
+    fair_released: AtomicU64,
 }
 
 impl Ticket {
@@ -165,6 +230,13 @@ impl Ticket {
             .is_ok()
     }
 
+    /// Whether a fair hold of this client on the key was released since
+    /// this waiter joined or last asked (see [`Waiters::wake_other_kinds`]).
+    pub(crate) fn fair_released(&self) -> bool {
+        let count = self.slot.fair_released.load(Ordering::Acquire);
+        self.fair_released.swap(count, Ordering::AcqRel) != count
+    }
+
     /// Whether other waiters are in this line besides this one.
     pub(crate) fn others_wait(&self) -> bool {
         self.waiters
@@ -176,28 +248,31 @@ impl Ticket {
         self.waiters.with(|lines| {
             lines
                 .get(&*self.key)
-                .is_some_and(|l| l.queue.front() == Some(&self.number))
+                .and_then(|l| l.queue.front())
+                .is_some_and(|head| head.number == self.number)
         })
     }
 
     /// Leaves the line holding the lock: the next waiter becomes head and,
-    /// when there is `room` for it too (a shared kind's place), tries at
-    /// once; otherwise it waits for this holder's release.
-    pub(crate) fn acquired(&self, room: bool) {
-        self.wake_on_leave.store(room, Ordering::Relaxed);
+    /// if `next_tries` (there is room for it too, or it needs to learn when
+    /// to try: see `locking::acquire`), tries at once; otherwise it waits
+    /// for this holder's release.
+    pub(crate) fn acquired(&self, next_tries: bool) {
+        self.wake_on_leave.store(next_tries, Ordering::Relaxed);
     }
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        // A name left for this waiter would keep the head from trying.
-        self.take_name();
         let (was_head, last) = self.waiters.with(|lines| {
+            // A name left for this waiter would keep the head from trying;
+            // cleared under the lock that `wake_named` names it under.
+            self.take_name();
             let Some(line) = lines.get_mut(&*self.key) else {
                 return (false, false);
             };
-            let was_head = line.queue.front() == Some(&self.number);
-            line.queue.retain(|n| *n != self.number);
+            let was_head = line.queue.front().map(|head| head.number) == Some(self.number);
+            line.queue.retain(|waiter| waiter.number != self.number);
             if !line.queue.is_empty() {
                 return (was_head, false);
             }
@@ -212,5 +287,52 @@ impl Drop for Ticket {
         if last {
             self.waiters.changed(&self.key);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Waker};
+
+    use super::*;
+
+    /// Whether `ticket` hears news from `wake`.
+    fn hears(ticket: &Ticket, wake: impl FnOnce()) -> bool {
+        let mut notified = pin!(ticket.notified());
+        notified.as_mut().enable();
+        wake();
+        let mut cx = Context::from_waker(Waker::noop());
+        notified.poll(&mut cx).is_ready()
+    }
+
+    #[test]
+    fn a_name_lives_only_while_its_waiter_is_in_line() {
+        let waiters = Arc::new(Waiters::default());
+        let plain = waiters.join("k", 1, false);
+        // A notice for a waiter that has left (or never came): nobody is
+        // named, nobody woken.
+        assert!(!hears(&plain, || waiters.wake_named(b"k", 2)));
+        assert_eq!(plain.named(), None);
+        let fair = waiters.join("k", 2, true);
+        assert!(hears(&plain, || waiters.wake_named(b"k", 2)));
+        assert_eq!(plain.named(), Some(false));
+        // The named waiter leaves before it looked: its name goes with it.
+        drop(fair);
+        assert_eq!(plain.named(), None);
+    }
+
+    #[test]
+    fn a_fair_release_here_is_news_once_to_the_waiters_of_other_kinds() {
+        let waiters = Arc::new(Waiters::default());
+        let fair = waiters.join("k", 1, true);
+        // Only fair waiters: the notice that names the next one does.
+        assert!(!hears(&fair, || waiters.wake_other_kinds("k")));
+        let plain = waiters.join("k", 2, false);
+        assert!(!plain.fair_released());
+        assert!(hears(&plain, || waiters.wake_other_kinds("k")));
+        assert!(plain.fair_released());
+        assert!(!plain.fair_released(), "once per release");
     }
 }

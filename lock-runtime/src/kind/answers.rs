@@ -13,7 +13,10 @@ use crate::route::BackendError;
 /// - an integer: the exclusive lock's token (> 0), or -2 - the holder's
 ///   TTL (-1: no expiry);
 /// - `{token, room}`: a shared kind's grant;
-/// - `{-2 - ttl}`: not taken, and a place in a line kept.
+/// - `{-2 - ttl}`: not taken, and a place in a line kept (a writer's
+///   claim);
+/// - `{-2 - ttl, held}`: the same for a fair waiter, with the holder's
+///   lease left in milliseconds.
 pub(crate) fn acquired(answer: Value) -> Result<Acquire, RedisError> {
     match answer {
         Value::Int(n) => exclusive(n),
@@ -22,7 +25,14 @@ pub(crate) fn acquired(answer: Value) -> Result<Acquire, RedisError> {
                 token: token.unsigned_abs(),
                 room: *room == 1,
             }),
-            [Value::Int(n @ ..=-1)] => Ok(Acquire::Queued(ttl(*n))),
+            [Value::Int(n @ ..=-1)] => Ok(Acquire::Queued {
+                ttl: ttl(*n),
+                holder_ttl: ttl(*n),
+            }),
+            [Value::Int(n @ ..=-1), Value::Int(held @ 0..)] => Ok(Acquire::Queued {
+                ttl: ttl(*n),
+                holder_ttl: Some(Duration::from_millis(held.unsigned_abs())),
+            }),
             _ => Err(unexpected(format!("{items:?}"))),
         },
         other => Err(unexpected(format!("{other:?}"))),

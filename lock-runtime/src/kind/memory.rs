@@ -538,9 +538,11 @@ impl Shared {
             owner: owner.into(),
             expires: now + claim.waiter_lease,
         });
-        Some(Acquire::Queued(Some(
-            last_reader.saturating_duration_since(now),
-        )))
+        let ttl = Some(last_reader.saturating_duration_since(now));
+        Some(Acquire::Queued {
+            ttl,
+            holder_ttl: ttl,
+        })
     }
 }
 
@@ -549,7 +551,8 @@ impl Fair {
     /// lock when nobody holds it and nobody waits ahead of it (its ticket
     /// given up); otherwise a place in the line (kept or taken, for the
     /// waiter lease from now), queued until the holder's expiry or the
-    /// earliest expiry of a place ahead, whichever comes first.
+    /// earliest expiry of a place ahead, whichever comes first, with the
+    /// holder's lease left (zero when nobody holds it).
     fn enter(&mut self, owner: &str, claim: Claim, now: Instant, tokens: &mut Tokens) -> Acquire {
         if let Some((holder, hold)) = &mut self.holder {
             if **holder == *owner {
@@ -570,7 +573,11 @@ impl Fair {
             .min();
         if let Some(until) = wait_until {
             self.keep_place(owner, now + claim.waiter_lease);
-            return Acquire::Queued(Some(until.saturating_duration_since(now)));
+            let held = self.holder.as_ref().map(|(_, hold)| hold.ttl(now));
+            return Acquire::Queued {
+                ttl: Some(until.saturating_duration_since(now)),
+                holder_ttl: Some(held.unwrap_or_default()),
+            };
         }
         self.line.retain(|_, place| *place.owner != *owner);
         let hold = Hold {
@@ -638,6 +645,23 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    /// A writer's claim kept behind readers, until `ttl`.
+    fn claimed(ttl: Duration) -> Acquire {
+        Acquire::Queued {
+            ttl: Some(ttl),
+            holder_ttl: Some(ttl),
+        }
+    }
+
+    /// A fair waiter's place kept, until `ttl`, the holder's lease having
+    /// `held` left.
+    fn in_line(ttl: Duration, held: Duration) -> Acquire {
+        Acquire::Queued {
+            ttl: Some(ttl),
+            holder_ttl: Some(held),
+        }
     }
 
     fn claim(kind: Kind) -> Claim {
@@ -767,10 +791,7 @@ mod tests {
         assert_eq!(b.release("r1"), Release::NotHeld);
         let (owner, ttl, _) = b.locks.peek(KEY, b.now).expect("r2 holds");
         assert_eq!((owner.as_str(), ttl), ("r2", ms(500)));
-        assert_eq!(
-            b.acquire("w", Kind::Exclusive),
-            Acquire::Queued(Some(ms(500)))
-        );
+        assert_eq!(b.acquire("w", Kind::Exclusive), claimed(ms(500)));
         b.advance(ms(500));
         assert!(matches!(
             b.acquire("w", Kind::Exclusive),
@@ -783,10 +804,7 @@ mod tests {
         let mut b = Bench::new();
         let reader = b.token("r1", Kind::Read);
         b.advance(ms(200));
-        assert_eq!(
-            b.acquire("w", Kind::Exclusive),
-            Acquire::Queued(Some(ms(800)))
-        );
+        assert_eq!(b.acquire("w", Kind::Exclusive), claimed(ms(800)));
         // New readers wait for the last of the readers and the claim.
         assert_eq!(b.acquire("r2", Kind::Read), Acquire::Held(Some(ms(800))));
         // The reader inside keeps its hold.
@@ -807,13 +825,13 @@ mod tests {
         b.token("r1", Kind::Read);
         assert!(matches!(
             b.acquire("w", Kind::Exclusive),
-            Acquire::Queued(_)
+            Acquire::Queued { .. }
         ));
         for _ in 0..3 {
             b.advance(ms(200));
             assert!(matches!(
                 b.acquire("w", Kind::Exclusive),
-                Acquire::Queued(_)
+                Acquire::Queued { .. }
             ));
             assert!(matches!(b.acquire("r2", Kind::Read), Acquire::Held(_)));
         }
@@ -823,10 +841,7 @@ mod tests {
     fn another_writers_claim_refuses_a_writer_without_a_claim() {
         let mut b = Bench::new();
         b.token("r1", Kind::Read);
-        assert_eq!(
-            b.acquire("w1", Kind::Exclusive),
-            Acquire::Queued(Some(LEASE))
-        );
+        assert_eq!(b.acquire("w1", Kind::Exclusive), claimed(LEASE));
         assert_eq!(b.acquire("w2", Kind::Exclusive), Acquire::Held(Some(LEASE)));
         assert_eq!(b.release("r1"), Release::Freed);
         // Only w1's claim lives: w2 still waits, for the claim's end.
@@ -846,7 +861,7 @@ mod tests {
         b.token("r1", Kind::Read);
         assert!(matches!(
             b.acquire("w", Kind::Exclusive),
-            Acquire::Queued(_)
+            Acquire::Queued { .. }
         ));
         assert!(matches!(b.acquire("r2", Kind::Read), Acquire::Held(_)));
         assert_eq!(b.release("w"), Release::NotHeld);
@@ -862,7 +877,7 @@ mod tests {
         b.token("r1", Kind::Read);
         assert!(matches!(
             b.acquire("w", Kind::Exclusive),
-            Acquire::Queued(_)
+            Acquire::Queued { .. }
         ));
         b.advance(WAITER_LEASE - ms(1));
         assert!(matches!(b.acquire("r2", Kind::Read), Acquire::Held(_)));
@@ -920,21 +935,19 @@ mod tests {
         b.advance(ms(100));
         // The first waits for the holder; the others for the place ahead
         // of them too, whose lapse nobody would announce.
+        // Each is told the holder's lease left too.
         for (waiter, until) in [("a", ms(900)), ("b", WAITER_LEASE), ("c", WAITER_LEASE)] {
-            assert_eq!(b.acquire(waiter, Kind::Fair), Acquire::Queued(Some(until)));
+            assert_eq!(b.acquire(waiter, Kind::Fair), in_line(until, ms(900)));
         }
         assert_eq!(b.release("h"), Release::Freed);
         // Free, but "a" is first: the others wait for its place's expiry.
-        let place_left = Acquire::Queued(Some(WAITER_LEASE));
+        let place_left = in_line(WAITER_LEASE, Duration::ZERO);
         assert_eq!(b.acquire("c", Kind::Fair), place_left);
         assert_eq!(b.acquire("b", Kind::Fair), place_left);
         assert_eq!(b.acquire("a", Kind::Fair), shared(2, false));
-        assert_eq!(
-            b.acquire("c", Kind::Fair),
-            Acquire::Queued(Some(WAITER_LEASE))
-        );
+        assert_eq!(b.acquire("c", Kind::Fair), in_line(WAITER_LEASE, LEASE));
         assert_eq!(b.release("a"), Release::Freed);
-        assert!(matches!(b.acquire("c", Kind::Fair), Acquire::Queued(_)));
+        assert!(matches!(b.acquire("c", Kind::Fair), Acquire::Queued { .. }));
         assert_eq!(b.acquire("b", Kind::Fair), shared(3, false));
         assert_eq!(b.release("b"), Release::Freed);
         assert_eq!(b.acquire("c", Kind::Fair), shared(4, false));
@@ -944,14 +957,20 @@ mod tests {
     fn a_fair_waiter_that_stops_asking_loses_its_place() {
         let mut b = Bench::new();
         b.token("h", Kind::Fair);
-        assert!(matches!(b.acquire("gone", Kind::Fair), Acquire::Queued(_)));
-        assert!(matches!(b.acquire("next", Kind::Fair), Acquire::Queued(_)));
+        assert!(matches!(
+            b.acquire("gone", Kind::Fair),
+            Acquire::Queued { .. }
+        ));
+        assert!(matches!(
+            b.acquire("next", Kind::Fair),
+            Acquire::Queued { .. }
+        ));
         assert_eq!(b.release("h"), Release::Freed);
         // "next" keeps its place by asking; "gone" never asks again.
         b.advance(ms(200));
         assert_eq!(
             b.acquire("next", Kind::Fair),
-            Acquire::Queued(Some(ms(100)))
+            in_line(ms(100), Duration::ZERO)
         );
         b.advance(ms(100));
         assert!(matches!(
@@ -959,15 +978,15 @@ mod tests {
             Acquire::Shared { .. }
         ));
         // Back, it queues at the end of the line.
-        assert_eq!(b.acquire("gone", Kind::Fair), Acquire::Queued(Some(LEASE)));
+        assert_eq!(b.acquire("gone", Kind::Fair), in_line(LEASE, LEASE));
     }
 
     #[test]
     fn a_fair_waiter_that_gives_up_leaves_the_line() {
         let mut b = Bench::new();
         b.token("h", Kind::Fair);
-        assert!(matches!(b.acquire("a", Kind::Fair), Acquire::Queued(_)));
-        assert!(matches!(b.acquire("b", Kind::Fair), Acquire::Queued(_)));
+        assert!(matches!(b.acquire("a", Kind::Fair), Acquire::Queued { .. }));
+        assert!(matches!(b.acquire("b", Kind::Fair), Acquire::Queued { .. }));
         assert_eq!(b.release("a"), Release::NotHeld);
         assert_eq!(b.release("h"), Release::Freed);
         assert!(matches!(b.acquire("b", Kind::Fair), Acquire::Shared { .. }));
@@ -1000,7 +1019,7 @@ mod tests {
         b.token("r", Kind::Read);
         assert!(matches!(
             b.acquire("w", Kind::Exclusive),
-            Acquire::Queued(_)
+            Acquire::Queued { .. }
         ));
         assert_eq!(b.renew("w"), Renewal::Gone);
         let items = [
@@ -1085,7 +1104,7 @@ mod tests {
         b.token("r", Kind::Read);
         assert!(matches!(
             b.acquire("w", Kind::Exclusive),
-            Acquire::Queued(_)
+            Acquire::Queued { .. }
         ));
         assert_eq!(b.release("r"), Release::Freed);
         assert!(b.try_acquire("f", Kind::Fair).is_err());
@@ -1114,7 +1133,7 @@ mod tests {
         let second = b.token("r2", Kind::Read);
         assert!(matches!(
             b.acquire("w", Kind::Exclusive),
-            Acquire::Queued(_)
+            Acquire::Queued { .. }
         ));
         assert_eq!(b.locks.force_free(KEY, b.now), Some(second));
         assert_eq!(b.locks.force_free(KEY, b.now), None);
@@ -1130,9 +1149,9 @@ mod tests {
     fn force_free_of_a_fair_lock_keeps_its_line() {
         let mut b = Bench::new();
         let held = b.token("h", Kind::Fair);
-        assert!(matches!(b.acquire("a", Kind::Fair), Acquire::Queued(_)));
+        assert!(matches!(b.acquire("a", Kind::Fair), Acquire::Queued { .. }));
         assert_eq!(b.locks.force_free(KEY, b.now), Some(held));
-        assert!(matches!(b.acquire("b", Kind::Fair), Acquire::Queued(_)));
+        assert!(matches!(b.acquire("b", Kind::Fair), Acquire::Queued { .. }));
         assert!(matches!(b.acquire("a", Kind::Fair), Acquire::Shared { .. }));
     }
 

@@ -114,8 +114,16 @@ pub(crate) enum Acquire {
     /// waiter's ticket, a writer's claim ahead of new readers) for the
     /// claim's waiter lease: the caller asks again within that time to keep
     /// it, and withdraws it (a release of the same owner id) when it gives
-    /// up. The duration is as for `Held`.
-    Queued(Option<Duration>),
+    /// up.
+    Queued {
+        /// As for `Held`: when to ask again without news (the holder's
+        /// expiry, or a fair place ahead's when that comes first).
+        ttl: Option<Duration>,
+        /// What the holder's lease has left, for the caller's events (zero
+        /// when nobody holds a fair lock and a waiter ahead goes first; for
+        /// a writer's claim, `ttl`).
+        holder_ttl: Option<Duration>,
+    },
     /// The owner took the lock, but fewer replicas than the client's
     /// `sync_replicas` asks for acknowledged the write in time: the caller
     /// gives it back in the background and fails.
@@ -134,7 +142,19 @@ impl Acquire {
             Acquire::Acquired(token)
             | Acquire::Shared { token, .. }
             | Acquire::NotReplicated { token, .. } => Some(token),
-            Acquire::Held(_) | Acquire::Queued(_) => None,
+            Acquire::Held(_) | Acquire::Queued { .. } => None,
+        }
+    }
+
+    /// What the holder's lease has left, by a refusal (for the caller's
+    /// events); `None` for a grant, or a holder without an expiry.
+    pub(crate) fn holder_ttl(self) -> Option<Duration> {
+        match self {
+            Acquire::Held(ttl)
+            | Acquire::Queued {
+                holder_ttl: ttl, ..
+            } => ttl,
+            _ => None,
         }
     }
 }

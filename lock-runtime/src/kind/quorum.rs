@@ -45,7 +45,7 @@ pub(crate) async fn acquire(
         match answer {
             Ok(Acquire::Acquired(token) | Acquire::Shared { token, .. }) => tokens.push(*token),
             Ok(Acquire::Held(ttl)) => ttls.push(*ttl),
-            Ok(Acquire::Queued(ttl)) => {
+            Ok(Acquire::Queued { ttl, .. }) => {
                 queued += 1;
                 ttls.push(*ttl);
             }
@@ -79,14 +79,15 @@ pub(crate) async fn acquire(
         // Not taken: give back what was taken, also where the acquire
         // failed (it may still land there), and places no majority keeps;
         // the places a majority keeps stay.
-        let kept = |i: usize| keeps_place && matches!(answers[i], Ok(Acquire::Queued(_)));
+        let kept = |i: usize| keeps_place && matches!(answers[i], Ok(Acquire::Queued { .. }));
         release_where(b, key, (owner, 0), (claim.kind, lease), |i| !kept(i)).await;
     }
     if waits {
         // Wait for the earliest expiry, or for a release notice.
         let ttl = ttls.into_iter().flatten().min();
         if keeps_place {
-            return Ok(Acquire::Queued(ttl));
+            let holder_ttl = ttl;
+            return Ok(Acquire::Queued { ttl, holder_ttl });
         }
         return Ok(Acquire::Held(ttl));
     }

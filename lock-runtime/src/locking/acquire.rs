@@ -119,17 +119,17 @@ async fn take(
     if wait.is_zero() || !inner.waiters.is_waited(&key) || claim.kind == Kind::Fair {
         *attempts += 1;
         match attempt(client, &lane, &key, &owner_id, claim).await {
-            Ok(refused @ (Acquire::Held(ttl) | Acquire::Queued(ttl))) if wait.is_zero() => {
-                telemetry::waiting(ttl, *attempts);
-                if matches!(refused, Acquire::Queued(_)) {
+            Ok(refused @ (Acquire::Held(_) | Acquire::Queued { .. })) if wait.is_zero() => {
+                telemetry::waiting(refused.holder_ttl(), *attempts);
+                if matches!(refused, Acquire::Queued { .. }) {
                     // A place taken in a line is given up at once.
                     drop(Place::new(client, &lane, &key, &owner_id, claim));
                 }
                 return Err(timed_out(client, key, start.elapsed()));
             }
             Ok(Acquire::Held(ttl)) => telemetry::waiting(ttl, *attempts),
-            Ok(Acquire::Queued(ttl)) => {
-                telemetry::waiting(ttl, *attempts);
+            Ok(Acquire::Queued { holder_ttl, .. }) => {
+                telemetry::waiting(holder_ttl, *attempts);
                 queued = true;
             }
             Ok(answer) => return settle(client, &lane, won(key, answer, start)).await,
@@ -239,7 +239,8 @@ impl Line<'_> {
         queued: bool,
     ) -> Result<(Acquire, Instant), LockError> {
         let inner = &self.client.inner;
-        let ticket = inner.waiters.join(self.key, self.owner_number);
+        let fair = self.claim.kind == Kind::Fair;
+        let ticket = inner.waiters.join(self.key, self.owner_number, fair);
         let mut place = Place::new(self.client, self.lane, self.key, self.owner, self.claim);
         place.armed = queued;
         // A place is kept alive by asking again at a third of its lease.
@@ -261,7 +262,10 @@ impl Line<'_> {
             }
             let head = ticket.is_head();
             let beat = place.armed && Instant::now() >= beat_at;
-            if beat || tries((head, place.armed), timer, ticket.named()) {
+            // A fair hold of this client released: a waiter of another kind
+            // is in no fair line, and no notice names it.
+            let fair_freed = !fair && ticket.fair_released();
+            if beat || fair_freed || tries((head, place.armed), timer, ticket.named()) {
                 let sent = Instant::now();
                 *self.attempts += 1;
                 let claim = Claim {
@@ -270,12 +274,12 @@ impl Line<'_> {
                 };
                 let answer = attempt(self.client, self.lane, self.key, self.owner, claim);
                 match answer.await {
-                    Ok(refused @ (Acquire::Held(ttl) | Acquire::Queued(ttl))) => {
+                    Ok(refused @ (Acquire::Held(ttl) | Acquire::Queued { ttl, .. })) => {
                         // Only a refusal that kept a place needs a
                         // heartbeat; `Held` means there is none (any more).
-                        place.armed = matches!(refused, Acquire::Queued(_));
+                        place.armed = matches!(refused, Acquire::Queued { .. });
                         beat_at = Instant::now() + heartbeat;
-                        telemetry::waiting(ttl, *self.attempts);
+                        telemetry::waiting(refused.holder_ttl(), *self.attempts);
                         let ttl = ttl.unwrap_or(NO_TTL_RETRY).max(Duration::from_millis(1));
                         // A TTL set by hand may be beyond any deadline.
                         retry_at = Instant::now()
@@ -284,7 +288,7 @@ impl Line<'_> {
                     }
                     Ok(answer) => {
                         place.armed = false;
-                        ticket.acquired(matches!(answer, Acquire::Shared { room: true, .. }));
+                        ticket.acquired(next_tries(answer, self.claim.kind));
                         return Ok((answer, sent));
                     }
                     Err(source) => {
@@ -323,6 +327,21 @@ fn tries((head, placed): (bool, bool), timer: bool, named: Option<bool>) -> bool
         Some(true) => true,
         Some(false) => head && timer,
         None => head || (placed && !timer),
+    }
+}
+
+/// Whether the next waiter here tries at once when this one leaves the line
+/// with the lock (`answer`, for a claim of `kind`): when there is room for
+/// it too; and after a permit, always. The next waiter has never asked as
+/// head, so it knows no holder's expiry to try again at (a permit that frees
+/// unannounced, its holder's lease run out, would leave it waiting for its
+/// deadline), and a notice that came while this waiter's request was out
+/// found it behind this one: its one request learns both. The exclusive
+/// lock's next head needs no such try: this holder's release wakes it.
+fn next_tries(answer: Acquire, kind: Kind) -> bool {
+    match answer {
+        Acquire::Shared { room, .. } => room || matches!(kind, Kind::Permits(_)),
+        _ => false,
     }
 }
 

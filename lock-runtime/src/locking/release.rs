@@ -73,8 +73,11 @@ pub(crate) async fn release(client: &LockClient, held: &HeldLock, lane: &Lane) -
         0
     };
     // A fair line's release names its next waiter, and only that waiter's
-    // client tries (see the client's push handler).
-    if held.kind != Kind::Fair {
+    // client tries (see the client's push handler); this client's waiters
+    // of other kinds are in no fair line, and try now.
+    if held.kind == Kind::Fair {
+        inner.waiters.wake_other_kinds(&held.key);
+    } else {
         inner.waiters.wake_release(held.key.as_bytes(), token);
     }
     released

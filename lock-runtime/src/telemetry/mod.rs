@@ -39,7 +39,8 @@ pub(crate) fn reentered(label: &'static str) {
 }
 
 /// The lock is held by another owner, whose lock lives `holder_ttl` more
-/// (`None`: it has no expiry); the call waits.
+/// (`None`: it has no expiry; zero: a fair lock that nobody holds, with
+/// waiters ahead of the call); the call waits.
 pub(crate) fn waiting(holder_ttl: Option<Duration>, attempts: u32) {
     tracing::debug!(holder_ttl = ?holder_ttl, attempts, "lock busy; waiting");
 }

@@ -20,9 +20,12 @@
 -- earliest moment that may change without a notice (a holder's or claim's
 -- expiry); the refusal is marked, so the next release that opens a place
 -- publishes;
--- {-2 - ttl} when a fair caller waits in line: its place (a ticket, kept
--- for the waiter lease from now) stays until it gives up (a release of
--- the same owner id) or stops asking.
+-- {-2 - ttl, held} when a fair caller waits in line: its place (a ticket,
+-- kept for the waiter lease from now) stays until it gives up (a release of
+-- the same owner id) or stops asking; ttl is as above (the holder's expiry
+-- or a place ahead's, whichever comes first), held the time in
+-- milliseconds that the holder's lease has left (0: nobody holds it, a
+-- waiter ahead goes first), for the caller's events.
 -- Errors with LOCKKIND when the key is live as another kind (a plain or
 -- write lock held, against permits or fair), and with LOCKLAYOUT when it
 -- holds something that is no lock.
@@ -122,7 +125,11 @@ if wait_until then
   end
   redis.call('hset', key, 'q:' .. string.format('%d', ticket), owner .. ':' .. waiter_exp)
   keep_until(key, tonumber(waiter_exp), now)
-  return {-2 - (wait_until - now)}
+  local held = 0
+  if h.count > 0 then
+    held = h.earliest - now
+  end
+  return {-2 - (wait_until - now), held}
 end
 local token, bad = next_token(key, h.fence, now_us)
 if bad then

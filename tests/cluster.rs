@@ -641,14 +641,28 @@ async fn synced_renewals_wait_for_a_replica_and_do_not_extend_without_one() {
     // A lease of 1.5 s is renewed every 0.5 s; the body outlives 4 leases.
     let opts = options(Duration::from_secs(5), Duration::from_millis(1500));
     let paused = std::sync::Mutex::new(None);
-    let answer = synced
-        .run_locked(key, opts, async {
-            let before = waits(master);
-            *paused.lock().unwrap() = Some(cluster.pause(replica));
-            tokio::time::sleep(Duration::from_secs(6)).await;
-            Ok::<_, LockError>(before)
-        })
-        .await;
+    // The acquire waits 300 ms for the (running) replica; on a busy
+    // machine it may not answer in time, and the call fails with the
+    // retryable `NotReplicated` before its body runs: call again, as an
+    // application would.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let answer = loop {
+        let answer = synced
+            .run_locked(key, opts, async {
+                let before = waits(master);
+                *paused.lock().unwrap() = Some(cluster.pause(replica));
+                tokio::time::sleep(Duration::from_secs(6)).await;
+                Ok::<_, LockError>(before)
+            })
+            .await;
+        let body_ran = paused.lock().unwrap().is_some();
+        match answer {
+            Err(LockError::NotReplicated { .. }) if !body_ran && Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            answer => break answer,
+        }
+    };
     drop(paused.into_inner().unwrap());
     match answer {
         Err(LockError::Lost { .. }) => {}

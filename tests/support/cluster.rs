@@ -225,9 +225,7 @@ impl RedisCluster {
         while Instant::now() < deadline {
             if self.in_sync(replica) {
                 let mut con = self.connection(replica);
-                let _ = redis::cmd("CLUSTER")
-                    .arg("FAILOVER")
-                    .query::<()>(&mut con);
+                let _ = redis::cmd("CLUSTER").arg("FAILOVER").query::<()>(&mut con);
                 // A manual failover gives up after twice the node timeout
                 // (1 s here); wait a little longer than that before asking
                 // again.

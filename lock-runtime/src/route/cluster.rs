@@ -14,7 +14,8 @@
 //! - **Batches** are one hash slot each (a script cannot touch two slots).
 //! - **Replicas**: with `sync_replicas`, see [`super::cluster_replicas`].
 //! - **Failovers**: releases of the last lease are sent again to a slot's
-//!   new master (see [`super::cluster_failover`]).
+//!   new master, and this client's waiters on their keys try again (see
+//!   [`super::cluster_failover`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,7 +27,7 @@ use redis::cluster_routing::Slot;
 use redis::{Cmd, ConnectionAddr, FromRedisValue, PushInfo, RedisError, Value};
 use tokio::runtime::Handle;
 
-use super::cluster_failover::follow_masters;
+use super::cluster_failover::{follow_masters, OnPush};
 use super::cluster_replicas::MasterPools;
 use super::node::{evalsha, RedisConfig};
 use super::notices::ShardedSubscriptions;
@@ -94,7 +95,9 @@ impl ClusterBackend {
             Ok(commands) => commands,
             Err(error) => return Err(super::cluster_check::explain(urls, error).await),
         };
-        let subscriptions = ShardedSubscriptions::start(urls, config, on_push)?;
+        let on_push: OnPush = Arc::new(on_push);
+        let push = on_push.clone();
+        let subscriptions = ShardedSubscriptions::start(urls, config, move |info| push(info))?;
         let synced = match (sync, urls.first()) {
             (Some(sync), Some(seed)) => {
                 let base = config.tls.client(seed)?.get_connection_info().clone();
@@ -112,7 +115,8 @@ impl ClusterBackend {
                 _ => String::new(),
             })
             .unwrap_or_default();
-        let follow = follow_masters(Arc::downgrade(&replay), commands.clone(), seed_host);
+        let log = Arc::downgrade(&replay);
+        let follow = follow_masters(log, commands.clone(), seed_host, on_push);
         tokio::spawn(follow);
         Ok(ClusterBackend {
             commands,

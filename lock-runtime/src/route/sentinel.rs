@@ -240,6 +240,8 @@ impl SentinelBackend {
             .replay(
                 |_| Some(0),
                 |pipeline, scripts| backend.query_loaded(pipeline, scripts),
+                // Every line is woken below.
+                |_| {},
             )
             .await;
         tracing::info!(

@@ -750,25 +750,28 @@ fn lock_state(cluster: &RedisCluster, i: usize, key: &str) -> Option<String> {
         .map(|(_, state, _)| state)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_the_replica_missed_is_sent_again_to_the_promoted_replica() {
-    let _serial = SERIAL.lock().await;
-    let mut cluster = RedisCluster::start();
-    let first = client(&cluster, LockClient::builder()).await;
-    let second = client(&cluster, LockClient::builder()).await;
-    let key = "stale";
+/// Takes `key` with `client` for `options`' lease, has the release reach
+/// the master but not its replica, kills the master and waits for the
+/// replica's promotion: the promoted replica keeps the hold that `client`
+/// released. The replica's index.
+async fn miss_a_release(
+    cluster: &mut RedisCluster,
+    client: &LockClient,
+    key: &str,
+    options: LockOptions,
+) -> usize {
     let master = cluster.master_of(&format!("lock:{key}"));
     let replica = cluster.replica_of(master);
 
-    // The lock is taken with the default 30 s lease and reaches the replica.
-    let holder = Holder::start(&first, key, LockOptions::new()).await;
+    // The lock is taken and reaches the replica.
+    let holder = Holder::start(client, key, options).await;
     let acked: i64 = redis::cmd("WAIT")
         .arg(1)
         .arg(2000)
         .query(&mut cluster.connection(master))
         .expect("WAIT");
     assert_eq!(acked, 1, "the replica has the hold");
-    assert_eq!(lock_state(&cluster, replica, key).as_deref(), Some("h"));
+    assert_eq!(lock_state(cluster, replica, key).as_deref(), Some("h"));
 
     // The replica's link is cut (frozen, then dropped by the master), so
     // the release lands on the master only; then the master dies and the
@@ -782,19 +785,31 @@ async fn a_release_the_replica_missed_is_sent_again_to_the_promoted_replica() {
         .expect("CLIENT KILL");
     assert_eq!(dropped, 1, "the master dropped its replica");
     holder.release().await.expect("released on the master");
-    assert_eq!(lock_state(&cluster, master, key).as_deref(), Some("f"));
+    assert_eq!(lock_state(cluster, master, key).as_deref(), Some("f"));
     cluster.kill(master);
     cluster.signal(replica, "-CONT");
     assert_eq!(
-        lock_state(&cluster, replica, key).as_deref(),
+        lock_state(cluster, replica, key).as_deref(),
         Some("h"),
         "the replica missed the release"
     );
     let deadline = Instant::now() + Duration::from_secs(30);
     while !cluster.is_master(replica) {
         assert!(Instant::now() < deadline, "the replica was not promoted");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    replica
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_the_replica_missed_is_sent_again_to_the_promoted_replica() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RedisCluster::start();
+    let first = client(&cluster, LockClient::builder()).await;
+    let second = client(&cluster, LockClient::builder()).await;
+    let key = "stale";
+    // The default 30 s lease.
+    let replica = miss_a_release(&mut cluster, &first, key, LockOptions::new()).await;
 
     // Another client takes the key without waiting, within a few seconds
     // of the promotion: the first client sent its release again there.
@@ -817,4 +832,55 @@ async fn a_release_the_replica_missed_is_sent_again_to_the_promoted_replica() {
         taken.is_some(),
         "the key was still held 10 s after the promotion (state {state:?}): {last:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_sent_again_wakes_a_waiter_of_the_releasing_client() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RedisCluster::start();
+    let client = client(&cluster, LockClient::builder()).await;
+    let key = "stale-own";
+    // A lease far beyond the waiter's wait: only the release sent again
+    // can give the key to the waiter.
+    let options = LockOptions::new().lease(Duration::from_secs(120));
+    let replica = miss_a_release(&mut cluster, &client, key, options).await;
+    let promoted = Instant::now();
+
+    // The same client locks the key again at once, with a long wait. The
+    // promoted replica still has the hold; the release sent again frees
+    // it there, and its notice carries this client's id. A call that
+    // fails while the client finds the new master is made again.
+    let wait = Duration::from_secs(40);
+    let mut outcome = None;
+    for _ in 0..100 {
+        let body = async { Ok::<_, LockError>(promoted.elapsed()) };
+        match client
+            .run_locked(key, LockOptions::new().wait(wait), body)
+            .await
+        {
+            Err(LockError::Backend { .. }) if promoted.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            done => {
+                outcome = Some(done);
+                break;
+            }
+        }
+    }
+    // The client reads the slot map every second, a read of a dead master
+    // costs up to 2 s, and the releases go again within 5 s: the waiter has
+    // the key well within 20 s of the promotion, not at the end of its
+    // wait.
+    let state = lock_state(&cluster, replica, key);
+    match outcome {
+        Some(Ok(at)) => assert!(
+            at < Duration::from_secs(20),
+            "the waiter got the key {at:?} after the promotion"
+        ),
+        other => panic!(
+            "the waiter did not get the key released (state {state:?}, {:?} after the \
+             promotion): {other:?}",
+            promoted.elapsed()
+        ),
+    }
 }

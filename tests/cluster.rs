@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_runtime::{LockClient, LockError, LockOptions};
+use lock_runtime::{LockClient, LockError, LockMode, LockOptions};
 use support::cluster::{info, RedisCluster};
 use support::{Holder, RedisServer};
 use tokio::time::Instant;
@@ -883,4 +883,119 @@ async fn a_release_sent_again_wakes_a_waiter_of_the_releasing_client() {
             promoted.elapsed()
         ),
     }
+}
+
+/// Whether `key`'s lock on node `i` keeps a waiting writer's claim (`ww`),
+/// read as a replica would serve it (`READONLY`).
+fn has_writer_claim(cluster: &RedisCluster, i: usize, key: &str) -> bool {
+    let mut con = cluster.connection(i);
+    let _: redis::RedisResult<()> = redis::cmd("READONLY").query(&mut con);
+    redis::cmd("HEXISTS")
+        .arg(format!("lock:{key}"))
+        .arg("ww")
+        .query(&mut con)
+        .unwrap_or(false)
+}
+
+/// Waits (bounded) until `check` holds.
+async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(Instant::now() < deadline, "{what}: not within 10 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writers_claim_withdrawn_before_a_failover_stays_withdrawn() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RedisCluster::start();
+    let readers = client(&cluster, LockClient::builder()).await;
+    let writers = client(&cluster, LockClient::builder()).await;
+    let key = "claimed";
+    let master = cluster.master_of(&format!("lock:{key}"));
+    let replica = cluster.replica_of(master);
+    let read = LockOptions::new()
+        .mode(LockMode::Read)
+        .lease(Duration::from_secs(60));
+    let reader = Holder::start(&readers, key, read).await;
+
+    // A writer waits behind the reader: its claim holds new readers back
+    // for its waiter lease, far longer than its own lease.
+    let write = LockOptions::new()
+        .mode(LockMode::Write)
+        .lease(Duration::from_secs(1))
+        .waiter_lease(Duration::from_secs(60))
+        .wait(Duration::from_secs(60));
+    let writer = tokio::spawn({
+        let writers = writers.clone();
+        async move {
+            let body = async { Ok::<_, LockError>(()) };
+            writers.run_locked(key, write, body).await
+        }
+    });
+    until("the writer's claim", || {
+        has_writer_claim(&cluster, master, key)
+    })
+    .await;
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(2000)
+        .query(&mut cluster.connection(master))
+        .expect("WAIT");
+    assert_eq!(acked, 1, "the replica has the claim");
+    assert!(has_writer_claim(&cluster, replica, key));
+
+    // The replica's link is cut, the writer gives up (its claim is
+    // withdrawn on the master only), the master dies and the replica,
+    // which still has the claim, is promoted: more than the writer's
+    // lease after the withdrawal.
+    cluster.signal(replica, "-STOP");
+    let dropped: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut cluster.connection(master))
+        .expect("CLIENT KILL");
+    assert_eq!(dropped, 1, "the master dropped its replica");
+    writer.abort();
+    let _ = writer.await;
+    until("the withdrawal", || {
+        !has_writer_claim(&cluster, master, key)
+    })
+    .await;
+    cluster.kill(master);
+    cluster.signal(replica, "-CONT");
+    assert!(
+        has_writer_claim(&cluster, replica, key),
+        "the replica missed the withdrawal"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cluster.is_master(replica) {
+        assert!(Instant::now() < deadline, "the replica was not promoted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // A new reader gets in within a few seconds of the promotion, beside
+    // the first: the writer's client sent the withdrawal again there.
+    let promoted = Instant::now();
+    let mut taken = None;
+    let mut last = None;
+    while taken.is_none() && promoted.elapsed() < Duration::from_secs(20) {
+        let options = LockOptions::new().mode(LockMode::Read).wait(Duration::ZERO);
+        let body = async { Ok::<_, LockError>(promoted.elapsed()) };
+        match readers.run_locked(key, options, body).await {
+            Ok(at) => taken = Some(at),
+            Err(error) => {
+                last = Some(error);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    let claim = has_writer_claim(&cluster, replica, key);
+    assert!(
+        taken.is_some(),
+        "no reader got in within 20 s of the promotion (claim kept: {claim}): {last:?}"
+    );
+    reader.release().await.expect("the first reader");
 }

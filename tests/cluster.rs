@@ -2,8 +2,11 @@
 //! loopback ports: exclusion on keys over every master, wake-ups across
 //! clients, renewal split by slot, a waiter across a slot migration, a
 //! manual failover and a killed master during holds, sync_replicas, a
-//! client seeded with replicas only, and a clear error on a node that is
-//! not a cluster. One test at a time: they share the machine's two cores.
+//! client seeded with replicas only, a clear error on a node that is not a
+//! cluster, releases and withdrawals that a promoted replica missed sent
+//! to it again (waking the releasing client's own waiters), and errors
+//! that name the dead master. One test at a time: they share the machine's
+//! two cores.
 mod support;
 
 use std::collections::HashSet;
@@ -998,4 +1001,46 @@ async fn a_writers_claim_withdrawn_before_a_failover_stays_withdrawn() {
         "no reader got in within 20 s of the promotion (claim kept: {claim}): {last:?}"
     );
     reader.release().await.expect("the first reader");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_names_the_node_that_failed_not_the_seeds() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RedisCluster::start();
+    let client = client(&cluster, LockClient::builder()).await;
+    let key = "dead-master";
+    let master = cluster.master_of(&format!("lock:{key}"));
+    let dead = format!("127.0.0.1:{}", cluster.nodes[master].port);
+    let others: Vec<String> = (0..cluster.nodes.len())
+        .filter(|&i| i != master)
+        .map(|i| format!("127.0.0.1:{}", cluster.nodes[i].port))
+        .collect();
+    client
+        .run_locked(key, LockOptions::new(), async { Ok::<_, LockError>(()) })
+        .await
+        .expect("locked on the live master");
+
+    // Calls on the key while its master is dead and not replaced yet fail
+    // (a refused connection, a replica's `MOVED` to the dead master, or
+    // `CLUSTERDOWN`): each error names the dead master, and no other node.
+    cluster.kill(master);
+    for _ in 0..3 {
+        let options = LockOptions::new().wait(Duration::ZERO);
+        let error = client
+            .run_locked(key, options, async { Ok::<_, LockError>(()) })
+            .await
+            .expect_err("the key's master is dead");
+        let shown = error.to_string();
+        match &error {
+            LockError::Backend { node, .. } => assert!(
+                node == &dead || node.starts_with(&format!("{dead} ")),
+                "the error names {node}, not the dead master {dead}: {shown}"
+            ),
+            other => panic!("not a backend error: {other:?}"),
+        }
+        assert!(
+            others.iter().all(|node| !shown.contains(node.as_str())),
+            "the error names another node than the dead master {dead}: {shown}"
+        );
+    }
 }

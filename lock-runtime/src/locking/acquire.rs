@@ -167,7 +167,9 @@ async fn settle(
 
 /// The caller's error for a failed acquire request on `key`.
 fn failed(client: &LockClient, source: BackendError, key: &str, kind: Kind) -> LockError {
-    kind_mismatch(&source, key, kind).unwrap_or_else(|| source.on_key(key, &client.inner.tag.place))
+    let inner = &client.inner;
+    kind_mismatch(&source, key, kind)
+        .unwrap_or_else(|| inner.backend.error_on_key(source, key, &inner.tag.place))
 }
 
 /// A contended acquire.

@@ -2,8 +2,11 @@
 //! loopback ports: exclusion on keys over every master, wake-ups across
 //! clients, renewal split by slot, a waiter across a slot migration, a
 //! manual failover and a killed master during holds, sync_replicas, a
-//! client seeded with replicas only, and a clear error on a node that is
-//! not a cluster. One test at a time: they share the machine's two cores.
+//! client seeded with replicas only, a clear error on a node that is not a
+//! cluster, releases and withdrawals that a promoted replica missed sent
+//! to it again (waking the releasing client's own waiters), and errors
+//! that name the dead master. One test at a time: they share the machine's
+//! two cores.
 mod support;
 
 use std::collections::HashSet;
@@ -11,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_runtime::{LockClient, LockError, LockOptions};
+use lock_runtime::{LockClient, LockError, LockMode, LockOptions};
 use support::cluster::{info, RedisCluster};
 use support::{Holder, RedisServer};
 use tokio::time::Instant;
@@ -764,25 +767,28 @@ fn lock_state(cluster: &RedisCluster, i: usize, key: &str) -> Option<String> {
         .map(|(_, state, _)| state)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_the_replica_missed_is_sent_again_to_the_promoted_replica() {
-    let _serial = SERIAL.lock().await;
-    let mut cluster = RedisCluster::start();
-    let first = client(&cluster, LockClient::builder()).await;
-    let second = client(&cluster, LockClient::builder()).await;
-    let key = "stale";
+/// Takes `key` with `client` for `options`' lease, has the release reach
+/// the master but not its replica, kills the master and waits for the
+/// replica's promotion: the promoted replica keeps the hold that `client`
+/// released. The replica's index.
+async fn miss_a_release(
+    cluster: &mut RedisCluster,
+    client: &LockClient,
+    key: &str,
+    options: LockOptions,
+) -> usize {
     let master = cluster.master_of(&format!("lock:{key}"));
     let replica = cluster.replica_of(master);
 
-    // The lock is taken with the default 30 s lease and reaches the replica.
-    let holder = Holder::start(&first, key, LockOptions::new()).await;
+    // The lock is taken and reaches the replica.
+    let holder = Holder::start(client, key, options).await;
     let acked: i64 = redis::cmd("WAIT")
         .arg(1)
         .arg(2000)
         .query(&mut cluster.connection(master))
         .expect("WAIT");
     assert_eq!(acked, 1, "the replica has the hold");
-    assert_eq!(lock_state(&cluster, replica, key).as_deref(), Some("h"));
+    assert_eq!(lock_state(cluster, replica, key).as_deref(), Some("h"));
 
     // The replica's link is cut (frozen, then dropped by the master), so
     // the release lands on the master only; then the master dies and the
@@ -796,19 +802,31 @@ async fn a_release_the_replica_missed_is_sent_again_to_the_promoted_replica() {
         .expect("CLIENT KILL");
     assert_eq!(dropped, 1, "the master dropped its replica");
     holder.release().await.expect("released on the master");
-    assert_eq!(lock_state(&cluster, master, key).as_deref(), Some("f"));
+    assert_eq!(lock_state(cluster, master, key).as_deref(), Some("f"));
     cluster.kill(master);
     cluster.signal(replica, "-CONT");
     assert_eq!(
-        lock_state(&cluster, replica, key).as_deref(),
+        lock_state(cluster, replica, key).as_deref(),
         Some("h"),
         "the replica missed the release"
     );
     let deadline = Instant::now() + Duration::from_secs(30);
     while !cluster.is_master(replica) {
         assert!(Instant::now() < deadline, "the replica was not promoted");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    replica
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_the_replica_missed_is_sent_again_to_the_promoted_replica() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RedisCluster::start();
+    let first = client(&cluster, LockClient::builder()).await;
+    let second = client(&cluster, LockClient::builder()).await;
+    let key = "stale";
+    // The default 30 s lease.
+    let replica = miss_a_release(&mut cluster, &first, key, LockOptions::new()).await;
 
     // Another client takes the key without waiting, within a few seconds
     // of the promotion: the first client sent its release again there.
@@ -831,4 +849,212 @@ async fn a_release_the_replica_missed_is_sent_again_to_the_promoted_replica() {
         taken.is_some(),
         "the key was still held 10 s after the promotion (state {state:?}): {last:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_sent_again_wakes_a_waiter_of_the_releasing_client() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RedisCluster::start();
+    let client = client(&cluster, LockClient::builder()).await;
+    let key = "stale-own";
+    // A lease far beyond the waiter's wait: only the release sent again
+    // can give the key to the waiter.
+    let options = LockOptions::new().lease(Duration::from_secs(120));
+    let replica = miss_a_release(&mut cluster, &client, key, options).await;
+    let promoted = Instant::now();
+
+    // The same client locks the key again at once, with a long wait. The
+    // promoted replica still has the hold; the release sent again frees
+    // it there, and its notice carries this client's id. A call that
+    // fails while the client finds the new master is made again.
+    let wait = Duration::from_secs(40);
+    let mut outcome = None;
+    for _ in 0..100 {
+        let body = async { Ok::<_, LockError>(promoted.elapsed()) };
+        match client
+            .run_locked(key, LockOptions::new().wait(wait), body)
+            .await
+        {
+            Err(LockError::Backend { .. }) if promoted.elapsed() < Duration::from_secs(10) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            done => {
+                outcome = Some(done);
+                break;
+            }
+        }
+    }
+    // The client reads the slot map every second, a read of a dead master
+    // costs up to 2 s, and the releases go again within 5 s: the waiter has
+    // the key well within 20 s of the promotion, not at the end of its
+    // wait.
+    let state = lock_state(&cluster, replica, key);
+    match outcome {
+        Some(Ok(at)) => assert!(
+            at < Duration::from_secs(20),
+            "the waiter got the key {at:?} after the promotion"
+        ),
+        other => panic!(
+            "the waiter did not get the key released (state {state:?}, {:?} after the \
+             promotion): {other:?}",
+            promoted.elapsed()
+        ),
+    }
+}
+
+/// Whether `key`'s lock on node `i` keeps a waiting writer's claim (`ww`),
+/// read as a replica would serve it (`READONLY`).
+fn has_writer_claim(cluster: &RedisCluster, i: usize, key: &str) -> bool {
+    let mut con = cluster.connection(i);
+    let _: redis::RedisResult<()> = redis::cmd("READONLY").query(&mut con);
+    redis::cmd("HEXISTS")
+        .arg(format!("lock:{key}"))
+        .arg("ww")
+        .query(&mut con)
+        .unwrap_or(false)
+}
+
+/// Waits (bounded) until `check` holds.
+async fn until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(Instant::now() < deadline, "{what}: not within 10 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writers_claim_withdrawn_before_a_failover_stays_withdrawn() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RedisCluster::start();
+    let readers = client(&cluster, LockClient::builder()).await;
+    let writers = client(&cluster, LockClient::builder()).await;
+    let key = "claimed";
+    let master = cluster.master_of(&format!("lock:{key}"));
+    let replica = cluster.replica_of(master);
+    let read = LockOptions::new()
+        .mode(LockMode::Read)
+        .lease(Duration::from_secs(60));
+    let reader = Holder::start(&readers, key, read).await;
+
+    // A writer waits behind the reader: its claim holds new readers back
+    // for its waiter lease, far longer than its own lease.
+    let write = LockOptions::new()
+        .mode(LockMode::Write)
+        .lease(Duration::from_secs(1))
+        .waiter_lease(Duration::from_secs(60))
+        .wait(Duration::from_secs(60));
+    let writer = tokio::spawn({
+        let writers = writers.clone();
+        async move {
+            let body = async { Ok::<_, LockError>(()) };
+            writers.run_locked(key, write, body).await
+        }
+    });
+    until("the writer's claim", || {
+        has_writer_claim(&cluster, master, key)
+    })
+    .await;
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(2000)
+        .query(&mut cluster.connection(master))
+        .expect("WAIT");
+    assert_eq!(acked, 1, "the replica has the claim");
+    assert!(has_writer_claim(&cluster, replica, key));
+
+    // The replica's link is cut, the writer gives up (its claim is
+    // withdrawn on the master only), the master dies and the replica,
+    // which still has the claim, is promoted: more than the writer's
+    // lease after the withdrawal.
+    cluster.signal(replica, "-STOP");
+    let dropped: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .query(&mut cluster.connection(master))
+        .expect("CLIENT KILL");
+    assert_eq!(dropped, 1, "the master dropped its replica");
+    writer.abort();
+    let _ = writer.await;
+    until("the withdrawal", || {
+        !has_writer_claim(&cluster, master, key)
+    })
+    .await;
+    cluster.kill(master);
+    cluster.signal(replica, "-CONT");
+    assert!(
+        has_writer_claim(&cluster, replica, key),
+        "the replica missed the withdrawal"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cluster.is_master(replica) {
+        assert!(Instant::now() < deadline, "the replica was not promoted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // A new reader gets in within a few seconds of the promotion, beside
+    // the first: the writer's client sent the withdrawal again there.
+    let promoted = Instant::now();
+    let mut taken = None;
+    let mut last = None;
+    while taken.is_none() && promoted.elapsed() < Duration::from_secs(20) {
+        let options = LockOptions::new().mode(LockMode::Read).wait(Duration::ZERO);
+        let body = async { Ok::<_, LockError>(promoted.elapsed()) };
+        match readers.run_locked(key, options, body).await {
+            Ok(at) => taken = Some(at),
+            Err(error) => {
+                last = Some(error);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    let claim = has_writer_claim(&cluster, replica, key);
+    assert!(
+        taken.is_some(),
+        "no reader got in within 20 s of the promotion (claim kept: {claim}): {last:?}"
+    );
+    reader.release().await.expect("the first reader");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_names_the_node_that_failed_not_the_seeds() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RedisCluster::start();
+    let client = client(&cluster, LockClient::builder()).await;
+    let key = "dead-master";
+    let master = cluster.master_of(&format!("lock:{key}"));
+    let dead = format!("127.0.0.1:{}", cluster.nodes[master].port);
+    let others: Vec<String> = (0..cluster.nodes.len())
+        .filter(|&i| i != master)
+        .map(|i| format!("127.0.0.1:{}", cluster.nodes[i].port))
+        .collect();
+    client
+        .run_locked(key, LockOptions::new(), async { Ok::<_, LockError>(()) })
+        .await
+        .expect("locked on the live master");
+
+    // Calls on the key while its master is dead and not replaced yet fail
+    // (a refused connection, a replica's `MOVED` to the dead master, or
+    // `CLUSTERDOWN`): each error names the dead master, and no other node.
+    cluster.kill(master);
+    for _ in 0..3 {
+        let options = LockOptions::new().wait(Duration::ZERO);
+        let error = client
+            .run_locked(key, options, async { Ok::<_, LockError>(()) })
+            .await
+            .expect_err("the key's master is dead");
+        let shown = error.to_string();
+        match &error {
+            LockError::Backend { node, .. } => assert!(
+                node == &dead || node.starts_with(&format!("{dead} ")),
+                "the error names {node}, not the dead master {dead}: {shown}"
+            ),
+            other => panic!("not a backend error: {other:?}"),
+        }
+        assert!(
+            others.iter().all(|node| !shown.contains(node.as_str())),
+            "the error names another node than the dead master {dead}: {shown}"
+        );
+    }
 }

@@ -1,7 +1,8 @@
 //! Sentinel: a master, a replica and three sentinels, real redis-server
-//! processes on loopback ports. Locks work through the sentinels, follow a
-//! failover after the master is killed, and a lock held across the failover
-//! with `sync_replicas` is reported lost before another owner gets it, and a
+//! processes on loopback ports. Locks work through the sentinels; after the
+//! master is killed, a call's error names it (not the sentinels) and calls
+//! follow the failover; a lock held across the failover with
+//! `sync_replicas` is reported lost before another owner gets it, and a
 //! release the promoted replica missed is sent to it again. One test at a
 //! time: each starts five servers and kills one.
 mod support;
@@ -71,6 +72,26 @@ async fn locks_work_through_the_sentinels_and_follow_a_failover() {
     );
 
     sentinels.master.kill();
+    // A call that fails on the dead master names it, not the sentinels.
+    let dead = format!("127.0.0.1:{}", sentinels.master.port);
+    let error = once(&client, "order:2")
+        .await
+        .expect_err("the master is dead and not replaced yet");
+    let shown = error.to_string();
+    match &error {
+        LockError::Backend { node, .. } => assert!(
+            node.starts_with(&format!("{dead} ")),
+            "the error names {node}, not the dead master {dead}: {shown}"
+        ),
+        other => panic!("not a backend error: {other:?}"),
+    }
+    for sentinel in &sentinels.sentinels {
+        let port = sentinel.port.to_string();
+        assert!(
+            !shown.contains(&port),
+            "the error names a sentinel: {shown}"
+        );
+    }
     let took = until_it_works(&client, "order:2").await;
     println!("calls worked again {took:?} after the master was killed");
     assert_eq!(

@@ -33,8 +33,10 @@ pub(crate) fn push_handler(
             // The new connections need their name.
             record.again.notify_one();
         } else if let Some(channel) = redis_backend::subscribed(&info) {
-            // Subscribed (again, after a reconnect): a release before now
-            // was not heard, so the head should try.
+            // Subscribed (again, after a reconnect), or a release of this
+            // client sent again after a failover, whose notice is skipped
+            // below (see `route::node::missed_release`): a release before
+            // now was not heard, so the head should try.
             waiters.wake_release(channel, 0);
         } else if let Some(released) = redis_backend::released(&info) {
             if let Some(next) = released.client.strip_prefix(b">") {
@@ -44,7 +46,8 @@ pub(crate) fn push_handler(
                     waiters.wake_named(released.key, released.token);
                 }
             } else if released.client != id.as_bytes() {
-                // This client's own releases woke its waiters already.
+                // This client's own releases woke its waiters already; one
+                // sent again after a failover wakes them by its route.
                 waiters.wake_release(released.key, released.token);
             }
         }

@@ -66,8 +66,10 @@ pub enum LockError {
     Backend {
         /// The lock's key.
         key: String,
-        /// Where it failed: the node's address (and database), without
-        /// credentials.
+        /// Where it failed, without credentials: the node's address (and
+        /// database); on Sentinel, the master in use (its address, and its
+        /// name); on Redis Cluster, the node that the server's redirect
+        /// (`MOVED`, `ASK`) names, else the master of the key's hash slot.
         node: String,
         /// The error the backend returned.
         #[source]

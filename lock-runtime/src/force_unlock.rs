@@ -43,7 +43,7 @@ impl LockClient {
             .backend
             .force_unlock(&full, &inner.tag.id)
             .await
-            .map_err(|e| e.on_key(&full, &inner.tag.place))?;
+            .map_err(|e| inner.backend.error_on_key(e, &full, &inner.tag.place))?;
         for held in inner.registry.snapshot() {
             if held.key == full {
                 held.lose(Loss::FORCED);

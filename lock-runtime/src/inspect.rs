@@ -114,7 +114,7 @@ impl LockClient {
             .backend
             .inspect(&full)
             .await
-            .map_err(|e| e.on_key(&full, &inner.tag.place))?;
+            .map_err(|e| inner.backend.error_on_key(e, &full, &inner.tag.place))?;
         let Some(lock) = view else {
             return Ok(LockInfo {
                 key: full,

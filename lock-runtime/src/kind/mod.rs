@@ -99,6 +99,18 @@ pub(crate) struct Claim {
     pub others_wait: bool,
 }
 
+impl Claim {
+    /// How long a release that gives back what a request of this claim
+    /// took lives in the backend: a hold lives for the lease, a place in a
+    /// line (a writer's claim, a fair ticket) for the waiter lease. A route
+    /// that fails over keeps such a release that long, to send it again to
+    /// a new master (see `route/replay.rs`): kept for the lease alone, a
+    /// withdrawn place of a longer waiter lease would come back there.
+    pub(crate) fn give_back_lease(&self) -> Duration {
+        self.lease.max(self.waiter_lease)
+    }
+}
+
 /// The answer to an acquire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Acquire {
@@ -186,4 +198,24 @@ pub(crate) struct RenewItem<'a> {
     pub key: &'a str,
     pub owner: &'a str,
     pub lease: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{Claim, Kind};
+
+    #[test]
+    fn a_give_back_is_kept_as_long_as_what_it_gives_back_lives() {
+        let claim = |lease, waiter_lease| Claim {
+            kind: Kind::Exclusive,
+            lease: Duration::from_secs(lease),
+            waiter_lease: Duration::from_secs(waiter_lease),
+            others_wait: false,
+        };
+        // A writer's claim (a place) outlives the hold's lease.
+        assert_eq!(claim(1, 30).give_back_lease(), Duration::from_secs(30));
+        assert_eq!(claim(60, 5).give_back_lease(), Duration::from_secs(60));
+    }
 }

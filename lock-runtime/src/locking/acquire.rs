@@ -167,7 +167,9 @@ async fn settle(
 
 /// The caller's error for a failed acquire request on `key`.
 fn failed(client: &LockClient, source: BackendError, key: &str, kind: Kind) -> LockError {
-    kind_mismatch(&source, key, kind).unwrap_or_else(|| source.on_key(key, &client.inner.tag.place))
+    let inner = &client.inner;
+    kind_mismatch(&source, key, kind)
+        .unwrap_or_else(|| inner.backend.error_on_key(source, key, &inner.tag.place))
 }
 
 /// A contended acquire.
@@ -219,8 +221,7 @@ impl<'a> Place<'a> {
 impl Drop for Place<'_> {
     fn drop(&mut self) {
         if self.armed {
-            let (kind, lease) = (self.claim.kind, self.claim.lease);
-            give_back_later(self.client, self.lane, self.key, self.owner, (kind, lease));
+            give_back_later(self.client, self.lane, self.key, self.owner, self.claim);
         }
     }
 }
@@ -388,15 +389,11 @@ async fn not_replicated(
 }
 
 /// Releases `owner`'s acquisition of `key` in the background, first on
-/// `lane`: it follows a request that may have taken the lock or a place in
-/// a line (the release withdraws a place too).
-fn give_back_later(
-    client: &LockClient,
-    lane: &Lane,
-    key: &str,
-    owner: &OwnerId,
-    (kind, lease): (Kind, Duration),
-) {
+/// `lane`: it follows a request of `claim` that may have taken the lock or
+/// a place in a line (the release withdraws a place too), so a route that
+/// fails over keeps it as long as either lives.
+fn give_back_later(client: &LockClient, lane: &Lane, key: &str, owner: &OwnerId, claim: Claim) {
+    let (kind, lease) = (claim.kind, claim.give_back_lease());
     let owned = client.clone();
     let (lane, key, owner) = (lane.clone(), key.to_owned(), *owner);
     client.inner.io.spawn(async move {
@@ -443,8 +440,7 @@ async fn attempt(
     impl Drop for InFlight<'_> {
         fn drop(&mut self) {
             if !self.done {
-                let kind_lease = (self.claim.kind, self.claim.lease);
-                give_back_later(self.client, self.lane, self.key, self.owner, kind_lease);
+                give_back_later(self.client, self.lane, self.key, self.owner, self.claim);
             }
         }
     }

@@ -56,7 +56,7 @@ pub(crate) async fn release(client: &LockClient, held: &HeldLock, lane: &Lane) -
         Ok(Release::Freed) => Released::Freed,
         Ok(Release::NotHeld) => Released::NotHeld,
         Err(error) => {
-            let error = error.on_key(&held.key, &inner.tag.place);
+            let error = backend.error_on_key(error, &held.key, &inner.tag.place);
             telemetry::release_failed(&held.key, &error);
             if cfg!(feature = "defect-ok-after-unknown-release") {
                 Released::Freed

@@ -14,7 +14,8 @@
 //! - **Batches** are one hash slot each (a script cannot touch two slots).
 //! - **Replicas**: with `sync_replicas`, see [`super::cluster_replicas`].
 //! - **Failovers**: releases of the last lease are sent again to a slot's
-//!   new master (see [`super::cluster_failover`]).
+//!   new master, and this client's waiters on their keys try again (see
+//!   [`super::cluster_failover`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,14 +24,15 @@ use std::time::Duration;
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::Slot;
-use redis::{Cmd, ConnectionAddr, FromRedisValue, PushInfo, RedisError, Value};
+use redis::{Cmd, ConnectionAddr, ErrorKind, FromRedisValue, PushInfo, RedisError, Value};
 use tokio::runtime::Handle;
 
-use super::cluster_failover::follow_masters;
+use super::cluster_failover::{follow_masters, LastMap, OnPush};
 use super::cluster_replicas::MasterPools;
 use super::node::{evalsha, RedisConfig};
 use super::notices::ShardedSubscriptions;
 use super::replay::ReplayLog;
+use super::slots::slot_of;
 use super::{Lane, Notices, Route, ScriptCall};
 use crate::io::polled_on;
 use crate::replica_sync::ReplicaSync;
@@ -53,6 +55,8 @@ pub(crate) struct ClusterBackend {
     synced: Option<Arc<MasterPools>>,
     /// The releases of the last lease, sent again to a slot's new master.
     replay: Arc<ReplayLog>,
+    /// The slot map read last, to name a failed key's master.
+    last_map: Arc<LastMap>,
     client_id: Arc<str>,
     home: Handle,
 }
@@ -94,7 +98,9 @@ impl ClusterBackend {
             Ok(commands) => commands,
             Err(error) => return Err(super::cluster_check::explain(urls, error).await),
         };
-        let subscriptions = ShardedSubscriptions::start(urls, config, on_push)?;
+        let on_push: OnPush = Arc::new(on_push);
+        let push = on_push.clone();
+        let subscriptions = ShardedSubscriptions::start(urls, config, move |info| push(info))?;
         let synced = match (sync, urls.first()) {
             (Some(sync), Some(seed)) => {
                 let base = config.tls.client(seed)?.get_connection_info().clone();
@@ -112,13 +118,16 @@ impl ClusterBackend {
                 _ => String::new(),
             })
             .unwrap_or_default();
-        let follow = follow_masters(Arc::downgrade(&replay), commands.clone(), seed_host);
+        let last_map = Arc::new(LastMap::default());
+        let maps = (Arc::downgrade(&replay), last_map.clone());
+        let follow = follow_masters(maps, commands.clone(), seed_host, on_push);
         tokio::spawn(follow);
         Ok(ClusterBackend {
             commands,
             subscriptions,
             synced,
             replay,
+            last_map,
             client_id,
             home: Handle::current(),
         })
@@ -130,6 +139,17 @@ impl ClusterBackend {
         polled_on(&self.home, cmd.query_async(&mut con)).await
     }
 
+    /// The node that a request on `key`, which failed with `error`, went
+    /// to, as a caller's error names it: the node a redirect (`MOVED`,
+    /// `ASK`) or a missing connection names, where redis-rs says; else the
+    /// master of the key's hash slot in the slot map read last (a refused
+    /// connection, a timeout, a server's error); else that slot, with
+    /// `place` (the seeds).
+    pub(crate) fn failed_node(&self, key: &str, error: &RedisError, place: &str) -> String {
+        let slot = slot_of(key.as_bytes());
+        failed_node(error, (slot, || self.last_map.master_of(slot)), place)
+    }
+
     /// Makes sure a release of `key` reaches this client: `SSUBSCRIBE` on
     /// the node that serves the key's slot.
     pub(crate) async fn subscribe(&self, key: &str) -> Result<(), RedisError> {
@@ -138,6 +158,27 @@ impl ClusterBackend {
 
     pub(crate) async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
         polled_on(&self.home, self.subscriptions.unsubscribe(key)).await
+    }
+}
+
+/// [`ClusterBackend::failed_node`] for a key of hash slot `slot`, whose
+/// master in the slot map read last `master` gives.
+fn failed_node(
+    error: &RedisError,
+    (slot, master): (u16, impl FnOnce() -> Option<Arc<str>>),
+    place: &str,
+) -> String {
+    if let Some((node, _)) = error.redirect_node() {
+        return node.to_owned();
+    }
+    if let Some(node) = error.detail() {
+        if error.kind() == ErrorKind::ClusterConnectionNotFound {
+            return node.to_owned();
+        }
+    }
+    match master() {
+        Some(master) => format!("{master} (the master of hash slot {slot} when last read)"),
+        None => format!("the master of hash slot {slot} (cluster at {place})"),
     }
 }
 
@@ -197,5 +238,44 @@ impl Route for ClusterBackend {
 
     fn client_id(&self) -> &str {
         &self.client_id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use redis::{ErrorKind, RedisError};
+
+    use super::failed_node;
+
+    fn server_error(text: &[u8]) -> RedisError {
+        let value = redis::parse_redis_value(text).expect("a server error");
+        value.extract_error().expect_err("an error")
+    }
+
+    #[test]
+    fn an_error_names_the_node_that_failed() {
+        let seeds = "10.0.0.4:7003,10.0.0.5:7004";
+        let known = || Some(Arc::<str>::from("10.0.0.1:7000"));
+        let moved = server_error(b"-MOVED 2463 10.0.0.9:7009\r\n");
+        assert_eq!(failed_node(&moved, (2463, known), seeds), "10.0.0.9:7009");
+        let ask = server_error(b"-ASK 2463 10.0.0.8:7008\r\n");
+        assert_eq!(failed_node(&ask, (2463, known), seeds), "10.0.0.8:7008");
+        let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(
+            failed_node(&refused, (2463, known), seeds),
+            "10.0.0.1:7000 (the master of hash slot 2463 when last read)"
+        );
+        assert_eq!(
+            failed_node(&refused, (2463, || None), seeds),
+            "the master of hash slot 2463 (cluster at 10.0.0.4:7003,10.0.0.5:7004)"
+        );
+        let missing = RedisError::from((
+            ErrorKind::ClusterConnectionNotFound,
+            "Requested connection not found",
+            "10.0.0.7:7007".to_owned(),
+        ));
+        assert_eq!(failed_node(&missing, (2463, known), seeds), "10.0.0.7:7007");
     }
 }

@@ -9,6 +9,7 @@ use super::node::RedisBackend;
 use super::redlock::RedlockBackend;
 use super::sentinel::SentinelBackend;
 use super::{BackendError, Lane, Notices, Route, ScriptCall};
+use crate::error::LockError;
 use crate::kind::memory::MemoryBackend;
 use crate::replica_sync::ReplicaSync;
 
@@ -86,6 +87,20 @@ impl Backend {
     /// Whether releases reach this client through pub/sub subscriptions.
     pub(crate) fn subscribes(&self) -> bool {
         !matches!(self, Backend::Memory(_))
+    }
+
+    /// The caller's error for `error`, met by a request on the lock `key`,
+    /// naming the node that failed: on Sentinel the master in use, on
+    /// Cluster the node the error names (a redirect) or else the master of
+    /// the key's hash slot; elsewhere `place`, the client's place (the one
+    /// node; a Redlock error names each node itself).
+    pub(crate) fn error_on_key(&self, error: BackendError, key: &str, place: &str) -> LockError {
+        let node = match (&error, self) {
+            (BackendError::Redis(source), Backend::Cluster(b)) => b.failed_node(key, source, place),
+            (BackendError::Redis(_), Backend::Sentinel(b)) => b.master_node(),
+            _ => return error.on_key(key, place),
+        };
+        error.on_key(key, &node)
     }
 }
 

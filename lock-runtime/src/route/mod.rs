@@ -54,7 +54,8 @@ pub(crate) enum BackendError {
 
 impl BackendError {
     /// The caller's error for this failure on the lock `key`, at `node`
-    /// (the client's place: its node's address, without credentials).
+    /// (the node that failed, without credentials: see
+    /// [`Backend::error_on_key`]).
     pub(crate) fn on_key(self, key: &str, node: &str) -> LockError {
         match self {
             BackendError::Redis(source) => LockError::Backend {

@@ -321,6 +321,20 @@ pub(crate) fn subscribed(info: &PushInfo) -> Option<&[u8]> {
     }
 }
 
+/// What a route gives the client's push handler after it sent a release
+/// of `key` again (see `route/replay.rs`): the notice of that release
+/// carries this client's id, which the handler skips, as it skips every
+/// notice of its own releases. So the route says instead what a
+/// subscription confirmation of `key`'s channel says (see [`subscribed`]):
+/// a release of `key` may not have been heard here; the head of the key's
+/// line tries.
+pub(crate) fn missed_release(key: &str) -> PushInfo {
+    PushInfo {
+        kind: redis::PushKind::SSubscribe,
+        data: vec![Value::BulkString(key.as_bytes().to_vec()), Value::Int(1)],
+    }
+}
+
 impl Route for RedisBackend {
     fn run<T: FromRedisValue + Send>(
         &self,

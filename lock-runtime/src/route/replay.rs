@@ -19,17 +19,24 @@
 //! The log is bounded two ways. An entry is useless once the lease of the
 //! hold it released has run out (the hold has expired everywhere), so it
 //! goes then; and the log keeps at most [`MAX_ENTRIES`]: past that, the
-//! oldest entry (the one with the least lease left) is dropped and counted,
-//! and the next replay says how many were dropped (their keys stay taken
-//! until their lease ends, as without this log). At 1,000 releases a second
-//! with the default 30 s lease the log holds about 30,000 entries, about
-//! 15 MB (an entry is about 500 bytes: the command's buffer, its argument
-//! offsets, the key and an instant), and a replay is 30 pipelines of 1,000
-//! script calls, sent at once: about 6 MB on the wire and 0.1 s of the new
-//! master's time (3.7 µs a call that frees, 2.5 µs one that finds nothing,
-//! measured on redis-server 7.0 with `redis-cli --pipe`).
+//! entry with the least lease left is dropped and counted, and the next
+//! replay says how many were dropped (their keys stay taken until their
+//! lease ends, as without this log). Entries are kept in the order their
+//! leases end, not the order they were sent, so both bounds drop the entry
+//! that ends first, whatever the leases: a release of a long lease keeps
+//! only itself, not every shorter one sent after it, and a route that
+//! follows its masters only while the log keeps something (Cluster) stops
+//! once the last lease has run out. Keeping an entry costs O(log n).
+//!
+//! At 1,000 releases a second with the default 30 s lease the log holds
+//! about 30,000 entries, about 15 MB (an entry is about 500 bytes: the
+//! command's buffer, its argument offsets, the key and an instant), and a
+//! replay is 30 pipelines of 1,000 script calls, sent at once: about 6 MB
+//! on the wire and 0.1 s of the new master's time (3.7 µs a call that
+//! frees, 2.5 µs one that finds nothing, measured on redis-server 7.0 with
+//! `redis-cli --pipe`).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -57,10 +64,12 @@ struct Entry {
     /// The script `cmd` calls, loaded first on a node that lacks it (a
     /// promoted replica's script cache is empty).
     script: &'static Script,
-    /// When the command was sent, plus the lease of the hold it released:
-    /// after it, that hold has expired everywhere.
-    until: Instant,
 }
+
+/// Where an entry is kept: when the lease of the hold it released ends
+/// (after it, that hold has expired everywhere), then the order entries
+/// came in, which tells apart entries that end at the same instant.
+type Until = (Instant, u64);
 
 /// What one replay did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +82,10 @@ pub(crate) struct Replayed {
     pub unsent: usize,
 }
 
+/// One pipeline of a replay: the calls, the key of each, and the scripts
+/// they call.
+type Chunk = (Pipeline, Vec<Box<str>>, Vec<&'static Script>);
+
 /// The releases a route sent within the last lease.
 pub(crate) struct ReplayLog {
     state: Mutex<State>,
@@ -80,7 +93,11 @@ pub(crate) struct ReplayLog {
 
 #[derive(Default)]
 struct State {
-    entries: VecDeque<Entry>,
+    /// By when their lease ends: the first entry is the one with the least
+    /// lease left.
+    entries: BTreeMap<Until, Entry>,
+    /// Entries kept so far, for [`Until`].
+    kept: u64,
     /// Entries dropped past [`MAX_ENTRIES`] since the last replay.
     dropped: u64,
 }
@@ -93,9 +110,9 @@ impl ReplayLog {
         }
     }
 
-    /// Keeps `call`, a release of a hold of lease `lease`, sent now. Call
-    /// it before sending, so that a switch of master after the send finds
-    /// it.
+    /// Keeps `call`, a release of a hold (or a place in a line) of lease
+    /// `lease`, sent now. Call it before sending, so that a switch of
+    /// master after the send finds it.
     pub(crate) fn record(&self, call: &ScriptCall<'_>, lease: Duration) {
         let now = Instant::now();
         self.record_at(call.key, call.cmd.clone(), call.script, (now, now + lease));
@@ -109,22 +126,24 @@ impl ReplayLog {
     }
 
     /// Keeps `cmd`, a release of `key` by `EVALSHA` of `script`, sent at
-    /// `now`, until `until`.
+    /// `now`, until `until`; past the cap, drops the entry with the least
+    /// lease left (maybe this one).
     fn record_at(&self, key: &str, cmd: Cmd, script: &'static Script, times: (Instant, Instant)) {
         let (now, until) = times;
         let entry = Entry {
             key: key.into(),
             cmd,
             script,
-            until,
         };
         let mut state = self.lock();
         state.expire(now);
-        if state.entries.len() >= MAX_ENTRIES {
-            state.entries.pop_front();
+        state.kept += 1;
+        let at = (until, state.kept);
+        state.entries.insert(at, entry);
+        if state.entries.len() > MAX_ENTRIES {
+            state.entries.pop_first();
             state.dropped += 1;
         }
-        state.entries.push_back(entry);
     }
 
     /// How many entries the log keeps now.
@@ -138,15 +157,19 @@ impl ReplayLog {
 impl ReplayLog {
     /// Sends the releases of the last lease again through `run`, which
     /// loads the scripts it is given, then sends one pipeline to a master
-    /// and answers each command's result.
+    /// and answers each command's result; `answered` is called with the
+    /// key of each release that the master answered (it ran there: it may
+    /// have freed a hold, or withdrawn a place in a line).
     /// `group` names the pipeline an entry's key goes in (on Cluster its
     /// hash slot: a pipeline may not span slots), or `None` to leave the
-    /// entry out. Pipelines of at most [`CHUNK`] calls, all sent at once, answered within [`REPLAY_WITHIN`]. The
-    /// entries stay: a later switch sends them again.
+    /// entry out. Pipelines of at most [`CHUNK`] calls, all sent at once,
+    /// answered within [`REPLAY_WITHIN`]. The entries stay: a later switch
+    /// sends them again.
     pub(crate) async fn replay<F, Fut>(
         &self,
         group: impl Fn(&str) -> Option<u16>,
         run: F,
+        mut answered: impl FnMut(&str),
     ) -> Replayed
     where
         F: Fn(Pipeline, Vec<&'static Script>) -> Fut,
@@ -163,29 +186,30 @@ impl ReplayLog {
             );
         }
         let mut done = Replayed::default();
-        let mut pending: usize = pipelines.iter().map(|(_, calls, _)| calls).sum();
+        let mut pending: usize = pipelines.iter().map(|(_, keys, _)| keys.len()).sum();
         let mut sends: futures_util::stream::FuturesUnordered<_> = pipelines
             .into_iter()
-            .map(|(pipeline, calls, scripts)| {
+            .map(|(pipeline, keys, scripts)| {
                 let sent = run(pipeline, scripts);
-                async move { (sent.await, calls) }
+                async move { (sent.await, keys) }
             })
             .collect();
         let deadline = tokio::time::Instant::now() + REPLAY_WITHIN;
-        while let Ok(Some((answer, calls))) = tokio::time::timeout_at(deadline, sends.next()).await
-        {
-            pending -= calls;
+        while let Ok(Some((answer, keys))) = tokio::time::timeout_at(deadline, sends.next()).await {
+            pending -= keys.len();
             match answer {
                 Ok(answers) => {
-                    done.sent += calls;
-                    done.freed += answers
-                        .iter()
-                        .filter(|answer| matches!(answer, Ok(Value::Int(1))))
-                        .count();
+                    done.sent += keys.len();
+                    for (key, answer) in keys.iter().zip(&answers) {
+                        if let Ok(value) = answer {
+                            done.freed += usize::from(matches!(value, Value::Int(1)));
+                            answered(key);
+                        }
+                    }
                 }
                 Err(error) => {
-                    tracing::debug!(%error, calls, "a replay pipeline failed");
-                    done.unsent += calls;
+                    tracing::debug!(%error, calls = keys.len(), "a replay pipeline failed");
+                    done.unsent += keys.len();
                 }
             }
         }
@@ -194,22 +218,15 @@ impl ReplayLog {
     }
 
     /// The entries live at `now` that `group` keeps, as pipelines of at most
-    /// [`CHUNK`] calls of one group, each with how many calls it has and
-    /// the scripts they call; and the count dropped past the cap since the
-    /// last replay.
-    #[allow(clippy::type_complexity)]
-    fn pipelines(
-        &self,
-        group: impl Fn(&str) -> Option<u16>,
-        now: Instant,
-    ) -> (Vec<(Pipeline, usize, Vec<&'static Script>)>, u64) {
+    /// [`CHUNK`] calls of one group, each with its calls' keys and the
+    /// scripts they call; and the count dropped past the cap since the last
+    /// replay.
+    fn pipelines(&self, group: impl Fn(&str) -> Option<u16>, now: Instant) -> (Vec<Chunk>, u64) {
         let mut state = self.lock();
         state.expire(now);
         let dropped = std::mem::take(&mut state.dropped);
         let mut groups: BTreeMap<u16, Vec<&Entry>> = BTreeMap::new();
-        // Entries are kept in send order, not expiry order: one behind a
-        // longer lease may have run out already.
-        for entry in state.entries.iter().filter(|entry| entry.until > now) {
+        for entry in state.entries.values() {
             if let Some(g) = group(&entry.key) {
                 groups.entry(g).or_default().push(entry);
             }
@@ -221,25 +238,28 @@ impl ReplayLog {
                 let mut pipeline = redis::pipe();
                 pipeline.ignore_errors();
                 let mut scripts: Vec<&'static Script> = Vec::new();
+                let mut keys = Vec::with_capacity(chunk.len());
                 for entry in chunk {
                     if !scripts.iter().any(|s| std::ptr::eq(*s, entry.script)) {
                         scripts.push(entry.script);
                     }
                     pipeline.add_command(entry.cmd.clone());
+                    keys.push(entry.key.clone());
                 }
-                (pipeline, chunk.len(), scripts)
+                (pipeline, keys, scripts)
             })
             .collect();
         (pipelines, dropped)
     }
 
-    /// The keys of the entries kept.
+    /// The keys of the entries kept, the one with the least lease left
+    /// first.
     #[cfg(test)]
     fn keys(&self) -> Vec<Box<str>> {
         let state = self.lock();
         state
             .entries
-            .iter()
+            .values()
             .map(|entry| entry.key.clone())
             .collect()
     }
@@ -250,13 +270,14 @@ impl ReplayLog {
 }
 
 impl State {
-    /// Drops the entries at the front whose lease has run out. Entries are
-    /// in send order; one whose lease ran out behind a longer one stays
-    /// until that one goes (and is left out of replays): bounded by the
-    /// cap, and cheap at every record.
+    /// Drops the entries whose lease has run out by `now`: the first ones.
     fn expire(&mut self, now: Instant) {
-        while self.entries.front().is_some_and(|entry| entry.until <= now) {
-            self.entries.pop_front();
+        while self
+            .entries
+            .first_key_value()
+            .is_some_and(|((until, _), _)| *until <= now)
+        {
+            self.entries.pop_first();
         }
     }
 }
@@ -277,6 +298,13 @@ mod tests {
     static SCRIPT: std::sync::LazyLock<Script> =
         std::sync::LazyLock::new(|| Script::new("return 1"));
 
+    /// How many entries are live at `now`.
+    fn live_at(log: &ReplayLog, now: Instant) -> usize {
+        let mut state = log.lock();
+        state.expire(now);
+        state.entries.len()
+    }
+
     #[test]
     fn entries_go_after_their_lease() {
         let log = ReplayLog::new();
@@ -285,44 +313,111 @@ mod tests {
         let lease = |sent, lease| (at(sent), at(sent + lease));
         log.record_at("a", release("a"), &SCRIPT, lease(0, 30));
         log.record_at("b", release("b"), &SCRIPT, lease(29, 30));
-        // Sent later with a shorter lease: runs out first, behind "b".
+        // Sent later with a shorter lease: runs out first.
         log.record_at("s", release("s"), &SCRIPT, lease(29, 1));
         assert_eq!(log.len(), 3);
         log.record_at("c", release("c"), &SCRIPT, lease(31, 30));
         let keys = log.keys();
-        assert_eq!(
-            keys.iter().map(|k| &**k).collect::<Vec<_>>(),
-            ["b", "s", "c"]
-        );
+        assert_eq!(keys.iter().map(|k| &**k).collect::<Vec<_>>(), ["b", "c"]);
         let (pipelines, _) = log.pipelines(|key| (key != "b").then_some(0), at(32));
-        assert_eq!(pipelines.iter().map(|p| p.1).sum::<usize>(), 1, "c only");
+        let keys: Vec<&str> = pipelines.iter().flat_map(|p| &p.1).map(|k| &**k).collect();
+        assert_eq!(keys, ["c"]);
     }
 
     #[test]
-    fn past_the_cap_the_oldest_go_and_are_counted() {
+    fn a_long_lease_keeps_only_itself() {
+        let log = ReplayLog::new();
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        log.record_at("long", release("long"), &SCRIPT, (at(0), at(60_000)));
+        for i in 0..1_000 {
+            let key = format!("short:{i}");
+            log.record_at(&key, release(&key), &SCRIPT, (at(i), at(i + 1_000)));
+        }
+        assert_eq!(
+            live_at(&log, at(2_000)),
+            1,
+            "the short releases ran out behind the long one"
+        );
+        assert_eq!(log.keys().first().map(|k| &**k), Some("long"));
+        assert_eq!(live_at(&log, at(60_000)), 0);
+        // With the real clock: entries whose lease has run out leave the
+        // log empty.
+        let now = Instant::now();
+        log.record_at("gone", release("gone"), &SCRIPT, (now, now));
+        assert!(log.is_empty());
+    }
+
+    #[test]
+    fn past_the_cap_the_least_lease_left_goes_and_is_counted() {
         let log = ReplayLog::new();
         let now = Instant::now();
-        let times = (now, now + Duration::from_secs(30));
-        for i in 0..MAX_ENTRIES + 3 {
-            log.record_at(&i.to_string(), release("k"), &SCRIPT, times);
+        let ends = |secs| (now, now + Duration::from_secs(secs));
+        log.record_at("long", release("long"), &SCRIPT, ends(600));
+        for i in 0..MAX_ENTRIES + 1 {
+            log.record_at(&i.to_string(), release("k"), &SCRIPT, ends(30));
         }
+        // One that ends before every entry kept goes at once.
+        log.record_at("soonest", release("k"), &SCRIPT, ends(1));
         assert_eq!(log.len(), MAX_ENTRIES);
-        assert_eq!(log.keys().first().map(|k| &**k), Some("3"));
+        let keys = log.keys();
+        assert_eq!(keys.first().map(|k| &**k), Some("2"), "0 and 1 dropped");
+        assert_eq!(keys.last().map(|k| &**k), Some("long"), "the long one kept");
+        assert!(!keys.iter().any(|k| &**k == "soonest"));
         let (pipelines, dropped) = log.pipelines(|_| Some(0), now);
         assert_eq!(dropped, 3);
         assert_eq!(pipelines.len(), MAX_ENTRIES.div_ceil(CHUNK));
-        let (first, calls, scripts) = &pipelines[0];
-        assert_eq!((first.len(), *calls, scripts.len()), (CHUNK, CHUNK, 1));
+        let (first, keys, scripts) = &pipelines[0];
+        assert_eq!((first.len(), keys.len(), scripts.len()), (CHUNK, CHUNK, 1));
         assert_eq!(log.pipelines(|_| Some(0), now).1, 0, "counted once");
+    }
+
+    #[tokio::test]
+    async fn a_replay_names_each_release_the_master_ran() {
+        let log = ReplayLog::new();
+        let now = Instant::now();
+        let ends = (now, now + Duration::from_secs(30));
+        for key in ["freed", "not-held", "refused", "other-group"] {
+            log.record_at(key, release(key), &SCRIPT, ends);
+        }
+        // The master frees the first, finds nothing for the second and
+        // refuses the third (NOSCRIPT, say).
+        let answers = || {
+            vec![
+                Ok(Value::Int(1)),
+                Ok(Value::Int(-1)),
+                Err(RedisError::from((redis::ErrorKind::Io, "refused"))),
+            ]
+        };
+        let group = |key: &str| (key != "other-group").then_some(0);
+        let mut answered = Vec::new();
+        let replayed = log
+            .replay(
+                group,
+                |_, _| async move { Ok(answers()) },
+                |key| answered.push(key.to_owned()),
+            )
+            .await;
+        assert_eq!(answered, ["freed", "not-held"]);
+        let sent = Replayed {
+            sent: 3,
+            freed: 1,
+            unsent: 0,
+        };
+        assert_eq!(replayed, sent);
+        let failed = |_, _| async { Err(RedisError::from((redis::ErrorKind::Io, "down"))) };
+        let mut answered = 0;
+        let replayed = log.replay(group, failed, |_| answered += 1).await;
+        assert_eq!((replayed.unsent, answered), (3, 0));
     }
 
     #[test]
     fn an_entry_is_small() {
         // Inline; the command's buffers and the key add about 350 bytes.
         assert!(
-            std::mem::size_of::<Entry>() <= 160,
+            std::mem::size_of::<(Until, Entry)>() <= 160,
             "{}",
-            std::mem::size_of::<Entry>()
+            std::mem::size_of::<(Until, Entry)>()
         );
     }
 }

@@ -140,6 +140,16 @@ impl SentinelBackend {
         self.master().backend.clone()
     }
 
+    /// The master in use now, as a caller's error names it: its address
+    /// as the sentinels give it (no credentials), and its name.
+    pub(crate) fn master_node(&self) -> String {
+        format!(
+            "{} (master `{}`)",
+            self.master().addr,
+            self.shared.master_name
+        )
+    }
+
     /// The master in use now.
     fn master(&self) -> Arc<Master> {
         self.shared
@@ -240,6 +250,8 @@ impl SentinelBackend {
             .replay(
                 |_| Some(0),
                 |pipeline, scripts| backend.query_loaded(pipeline, scripts),
+                // Every line is woken below.
+                |_| {},
             )
             .await;
         tracing::info!(

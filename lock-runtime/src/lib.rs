@@ -159,6 +159,7 @@ mod held;
 mod inspect;
 mod io;
 mod kind;
+mod lazy;
 mod lifecycle;
 mod locking;
 pub mod metrics;
@@ -215,6 +216,11 @@ use std::future::Future;
 /// attribute (a closure, a key computed at run time).
 /// Same ownership, renewal and loss rules as the attribute.
 ///
+/// `key` is copied at the call; the client, and its prefix, are picked when
+/// the future is first polled, as for an annotated call: a call made before
+/// a scope and polled inside it, `with_client(client, run_locked(..))`,
+/// locks on `client`. The future is `Send` when `body`, `T` and `E` are.
+///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), lock_runtime::LockError> {
@@ -233,8 +239,8 @@ use std::future::Future;
 /// ```
 ///
 /// # Errors
-/// As [`LockClient::run_locked`], and [`LockError::NotInitialized`] before
-/// [`init`].
+/// As [`LockClient::run_locked`], and [`LockError::NotInitialized`] when
+/// polled outside any [`with_client`] scope before [`init`].
 pub fn run_locked<T, E, F>(
     key: &str,
     options: LockOptions,
@@ -244,5 +250,8 @@ where
     F: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
-    private::run_locked(private::key(format_args!("{key}")), options, body)
+    // The key is copied now; the client (the scope's, else the global one)
+    // and its prefix are picked when the call is first polled.
+    let key = private::key_text(key);
+    lazy::Lazy::new(move || private::run_locked(private::key_of_text(key), options, body))
 }

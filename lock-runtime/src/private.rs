@@ -36,6 +36,28 @@ pub fn key(key: fmt::Arguments<'_>) -> Key {
     }))
 }
 
+/// The room for the client's prefix that [`key_text`] leaves: the default
+/// `lock:`, or any prefix up to this long, is added with no second
+/// allocation.
+const PREFIX_ROOM: usize = 16;
+
+/// A copy of `key`, for a call that adds the prefix of the client in use
+/// when it is first polled ([`key_of_text`]).
+pub(crate) fn key_text(key: &str) -> String {
+    let mut text = String::with_capacity(PREFIX_ROOM + key.len());
+    text.push_str(key);
+    text
+}
+
+/// `key` (from [`key_text`]) with the prefix of the client in use, or why
+/// there is none: as [`key`], called where the call runs.
+pub(crate) fn key_of_text(key: String) -> Key {
+    Key(global::in_use().map(|client| {
+        let key = client.prefixed_key(key);
+        (client, key)
+    }))
+}
+
 /// What the error type of an annotated function needs: `From<LockError>`,
 /// every type with it has it. Its own trait so that the error for a type
 /// without it says what to do, rather than naming this module's functions.

@@ -78,7 +78,12 @@ async fn outside_the_scope_and_in_unwrapped_spawned_tasks_there_is_no_client() {
     let spawned = with_client(client.clone(), async {
         tokio::spawn(pay(1)).await.expect("task")
     });
-    assert!(matches!(spawned.await, Err(LockError::NotInitialized)));
+    let error = spawned.await.expect_err("no client in the spawned task");
+    assert!(matches!(error, LockError::NotInitialized), "{error:?}");
+    // Both ways out: `init`, or the task wrapped in `with_client`.
+    let message = error.to_string();
+    assert!(message.contains("lock_runtime::init"), "{message}");
+    assert!(message.contains("with_client"), "{message}");
     let inner = LockClient::in_memory();
     let innermost = with_client(client.clone(), async {
         with_client(inner.clone(), async {

@@ -12,8 +12,16 @@ use crate::advice;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
-    /// No global client was installed: call [`crate::init`] at start-up.
-    #[error("no lock client is installed: call lock_runtime::init(client) at start-up")]
+    /// The call found no client: none was installed with [`crate::init`],
+    /// and it was not polled inside a [`crate::with_client`] scope (a task
+    /// spawned inside a scope is outside it). Call `init` at start-up, or
+    /// wrap the call's task in `with_client`.
+    #[error(
+        "no lock client is installed, and this call is not inside a with_client scope: \
+         call lock_runtime::init(client) at start-up, or wrap the task in \
+         lock_runtime::with_client(client, task) (a task spawned inside a with_client \
+         scope is not in it: wrap the spawned task too)"
+    )]
     NotInitialized,
 
     /// [`crate::init`] was called a second time; the first client stays installed.

@@ -211,6 +211,8 @@ pub use redis;
 
 use std::future::Future;
 
+use locking::outcome::Joined;
+
 /// Runs `body` under the lock `key` on the global client (or, inside
 /// [`with_client`], the scoped one): the form for code that cannot use the
 /// attribute (a closure, a key computed at run time).
@@ -253,5 +255,7 @@ where
     // The key is copied now; the client (the scope's, else the global one)
     // and its prefix are picked when the call is first polled.
     let key = private::key_text(key);
-    lazy::Lazy::new(move || private::run_locked(private::key_of_text(key), options, body))
+    lazy::Lazy::new(move || {
+        private::run_as::<Joined, _, _, _>(private::key_of_text(key), options, body)
+    })
 }

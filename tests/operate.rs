@@ -2,7 +2,6 @@
 //! `force_unlock`, on one node, on Redlock and in memory.
 mod support;
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use lock_runtime::{fencing_token, FoundBy, LockClient, LockError, LockOptions, LossReason};
@@ -430,64 +429,48 @@ async fn a_user_that_may_not_write_the_registry_is_refused_once_and_still_locks(
     holder.release().await.expect("released");
 }
 
-/// The warnings and errors written on this thread while its guard lives.
-#[derive(Clone, Default)]
-struct Warnings(Arc<Mutex<Vec<u8>>>);
+on_both_backends! {
+    /// `inspect` and `force_unlock` take the key without the client's
+    /// prefix. A held lock's full key given instead (`lock:order:7`, where
+    /// `lock:lock:order:7` holds nothing) is refused as `Invalid`, saying so;
+    /// the lock is left alone. Any other key that starts with the prefix is
+    /// read as given, since an attribute's key may itself start with it.
+    async fn a_held_locks_full_key_is_refused_and_other_prefixed_keys_are_read_as_given(
+        env: Env
+    ) {
+        let client = env.client.clone();
+        let holder = Holder::start(&client, "order:7", LockOptions::new()).await;
 
-impl std::io::Write for Warnings {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log").extend_from_slice(bytes);
-        Ok(bytes.len())
+        let refused = client.inspect("lock:order:7").await;
+        let Err(error @ LockError::Invalid { .. }) = refused else {
+            panic!("a held lock's full key, inspected: {refused:?}");
+        };
+        assert_eq!(error.key(), Some("lock:order:7"));
+        let message = error.to_string();
+        assert!(message.contains("without the client's prefix"), "{message}");
+        assert!(message.contains("as the attribute names it"), "{message}");
+
+        let refused = client.force_unlock("lock:order:7").await;
+        assert!(
+            matches!(refused, Err(LockError::Invalid { .. })),
+            "a held lock's full key, force-unlocked: {refused:?}"
+        );
+        assert!(client.inspect("order:7").await.expect("inspect").is_held());
+
+        // A key that starts with the prefix and names a lock of its own.
+        let own = Holder::start(&client, "lock:job", LockOptions::new()).await;
+        let info = client.inspect("lock:job").await.expect("inspect");
+        assert_eq!(info.key, "lock:lock:job");
+        assert!(info.is_held());
+        // Nothing at either key: read (and freed) as given.
+        let info = client.inspect("lock:none").await.expect("inspect");
+        assert_eq!(info.key, "lock:lock:none");
+        assert!(!info.is_held());
+        assert!(!client.force_unlock("lock:none").await.expect("force"));
+        assert!(client.force_unlock("lock:job").await.expect("force"));
+        let lost = own.release().await;
+        assert!(matches!(lost, Err(LockError::Lost { .. })), "{lost:?}");
+
+        holder.release().await.expect("the lock was left alone");
     }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Warnings {
-    fn record(&self) -> tracing::subscriber::DefaultGuard {
-        let writer = self.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_max_level(tracing::Level::WARN)
-            .with_ansi(false)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::set_default(subscriber)
-    }
-
-    fn take(&self) -> String {
-        let bytes = std::mem::take(&mut *self.0.lock().expect("log"));
-        String::from_utf8(bytes).expect("utf-8")
-    }
-}
-
-/// `inspect` and `force_unlock` take the key without the client's prefix. A
-/// key given with it is not refused (a template may render `lock:` itself):
-/// the call reads and frees `prefix + key` as given, which `LockInfo::key`
-/// shows, and a warning says so.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_key_given_with_the_prefix_is_used_as_given_and_warned_about() {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await.expect("connect");
-    let holder = Holder::start(&client, "order:7", LockOptions::new()).await;
-    let warnings = Warnings::default();
-    let _recording = warnings.record();
-
-    let info = client.inspect("lock:order:7").await.expect("inspect");
-    assert_eq!(info.key, "lock:lock:order:7");
-    assert!(!info.is_held());
-    let warned = warnings.take();
-    assert!(warned.contains("WARN"), "{warned}");
-    assert!(warned.contains("lock:lock:order:7"), "{warned}");
-    assert!(warned.contains("without the client's prefix"), "{warned}");
-
-    assert!(!client.force_unlock("lock:order:7").await.expect("force"));
-    let warned = warnings.take();
-    assert!(warned.contains("force_unlock"), "{warned}");
-    assert!(warned.contains("lock:lock:order:7"), "{warned}");
-
-    // The key as documented: the lock, and nothing to warn about.
-    assert!(client.inspect("order:7").await.expect("inspect").is_held());
-    assert_eq!(warnings.take(), "");
-    holder.release().await.expect("the lock was left alone");
 }

@@ -71,7 +71,7 @@ on_both_backends! {
                     Err(error @ LockError::Timeout { held_by, .. }) => {
                         assert_eq!(*held_by, HeldBy::ThisClient);
                         let message = error.to_string();
-                        assert!(message.contains("this same client holds it"), "{message}");
+                        assert!(message.contains("another call of this client holds it"), "{message}");
                         assert!(message.contains("spawned task"), "{message}");
                     }
                     other => panic!("{other:?}"),

@@ -30,6 +30,12 @@ async fn hold(
     Ok(())
 }
 
+#[distributed_lock(key = "job:<name>", wait = "0s")]
+async fn try_job(name: &str) -> Result<(), LockError> {
+    let _ = name;
+    Ok(())
+}
+
 /// Two tests of this binary run at once, each on a client of its own: the
 /// same key held in one is free in the other.
 async fn a_test_on_its_own_client() {
@@ -72,7 +78,12 @@ async fn outside_the_scope_and_in_unwrapped_spawned_tasks_there_is_no_client() {
     let spawned = with_client(client.clone(), async {
         tokio::spawn(pay(1)).await.expect("task")
     });
-    assert!(matches!(spawned.await, Err(LockError::NotInitialized)));
+    let error = spawned.await.expect_err("no client in the spawned task");
+    assert!(matches!(error, LockError::NotInitialized), "{error:?}");
+    // Both ways out: `init`, or the task wrapped in `with_client`.
+    let message = error.to_string();
+    assert!(message.contains("lock_runtime::init"), "{message}");
+    assert!(message.contains("with_client"), "{message}");
     let inner = LockClient::in_memory();
     let innermost = with_client(client.clone(), async {
         with_client(inner.clone(), async {
@@ -92,6 +103,58 @@ async fn outside_the_scope_and_in_unwrapped_spawned_tasks_there_is_no_client() {
         .await
     });
     assert_eq!(innermost.await, (1, 0), "the innermost scope wins");
+}
+
+/// `run_locked`'s future made before the scope exists (as the argument of
+/// `with_client`, or of `tokio::spawn(with_client(..))`) picks its client
+/// when it is first polled, inside the scope, as an annotated call does: both
+/// lock on the scope's client, and exclude each other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_locked_made_before_the_scope_locks_on_the_scoped_client() {
+    let client = LockClient::in_memory();
+    let (held_tx, held_rx) = oneshot::channel();
+    let (done_tx, done_rx) = oneshot::channel::<()>();
+    let call = lock_runtime::run_locked("job:nightly", LockOptions::new(), async move {
+        held_tx.send(()).expect("the test waits");
+        let _ = done_rx.await;
+        Ok::<_, LockError>(())
+    });
+    // `spawn` takes only a `Send` future.
+    let holder = tokio::spawn(with_client(client.clone(), call));
+    held_rx
+        .await
+        .expect("the body runs, on the scoped client (no `init` in this binary)");
+    let info = client.inspect("job:nightly").await.expect("inspect");
+    assert!(info.is_held(), "held on the scoped client: {info:?}");
+    match with_client(client.clone(), try_job("nightly")).await {
+        Err(error @ LockError::Timeout { .. }) => {
+            assert!(
+                matches!(
+                    error,
+                    LockError::Timeout {
+                        held_by: HeldBy::ThisClient,
+                        ..
+                    }
+                ),
+                "{error:?}"
+            );
+            // Plain contention between two calls of one client: the message
+            // says so first; re-entry comes second, as a possibility.
+            let message = error.to_string();
+            let contention = message.find(": another call of this client holds it");
+            let reentry = message.find("spawned inside a body");
+            assert!(
+                contention.is_some() && reentry.is_some() && contention < reentry,
+                "{message}"
+            );
+        }
+        other => panic!("an annotated call in the same scope ran beside the body: {other:?}"),
+    }
+    done_tx.send(()).expect("the body waits");
+    holder.await.expect("task").expect("held and released");
+    assert!(with_client(client.clone(), try_job("nightly"))
+        .await
+        .is_ok());
 }
 
 /// An embedded client built on the test's runtime, whose time is paused:

@@ -14,7 +14,7 @@
 //!                 __options,
 //!                 async move { let __ret: Result<(), E> = { body }; __ret },
 //!             );
-//!             __locked.await
+//!             ::lock_runtime::__private::finish(__locked.await)
 //!         }
 //! ```
 //!
@@ -44,11 +44,20 @@
 //! `.waiter_lease(::core::time::Duration::from_millis(2000u64))`; a
 //! `permits` or `waiter_lease` expression is evaluated there too, once.
 //!
+//! `run_locked` gives a lock failure back apart from the body's result, and
+//! `finish` converts it with `E::from`: only `finish` has the bound
+//! `E: From<LockError>` (as `__private::FromLockError`, whose message says
+//! what to implement), so an error type without it is one error. A bound on
+//! `run_locked` itself would hold for its future's type too, and fail again
+//! at the `.await`, with the compiler's generic message (in an incremental
+//! build).
+//!
 //! `__key`, `__options` and `__ret` are `Span::mixed_site()`, so the body can neither see
 //! nor shadow them. `__locked` is the exception: it comes into scope after the
 //! body, so no user code can see it, and it carries the return type's span
-//! like the call, so that a missing `E: From<LockError>` is one error there
-//! rather than three at the attribute.
+//! like the call and `finish`, so that a missing `E: From<LockError>` is
+//! reported on the return type, where `E` is written, rather than at the
+//! attribute.
 
 use proc_macro2::{Literal, Span, TokenStream};
 use quote::{quote, quote_spanned};
@@ -152,10 +161,10 @@ fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
     } = validate(args, &function)?;
     let renamed_self = rewritten.as_ref().and_then(|f| f.renamed_self.as_ref());
 
-    // An `E` without `From<LockError>` fails `run_locked`'s bound
-    // (`__private::FromLockError`, whose message says what to implement), at
-    // the call, the `let` and the `.await`; spanning those on the return
-    // type, where `E` is written, gives one error, there.
+    // An `E` without `From<LockError>` fails `finish`'s bound
+    // (`__private::FromLockError`, whose message says what to implement);
+    // spanning the call, the `let` and `finish` on the return type, where
+    // `E` is written, gives that one error there.
     let call_span = return_type.span();
     let krate = krate_at(&args, call_span);
     let mixed = Span::mixed_site();
@@ -198,7 +207,7 @@ fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
     };
     let run = quote_spanned! {call_span=>
         let #locked = #run_fn(#client_arg #rendered, #options, #body);
-        #locked.await
+        #krate::__private::finish(#locked.await)
     };
     let locked_body = quote! {
         #pick_client
@@ -517,7 +526,7 @@ mod tests {
                             __ret
                         }
                     );
-                    __locked.await
+                    ::lock_runtime::__private::finish(__locked.await)
                 }
             },
         );
@@ -553,7 +562,7 @@ mod tests {
                             __ret
                         }
                     );
-                    __locked.await
+                    locks::__private::finish(__locked.await)
                 }
             },
         );
@@ -592,7 +601,7 @@ mod tests {
                             __ret
                         }
                     );
-                    __locked.await
+                    ::lock_runtime::__private::finish(__locked.await)
                 }
             },
         );
@@ -622,7 +631,7 @@ mod tests {
                         __ret
                     }
                 );
-                __locked.await
+                ::lock_runtime::__private::finish(__locked.await)
             }
         };
         (super::distributed_lock(args, item), expected)

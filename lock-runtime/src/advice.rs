@@ -55,10 +55,16 @@ pub(crate) fn missing_password(node: &str) -> RedisError {
 /// `error`, met connecting to `node` (named without credentials): what
 /// failed, the node, the cause once, and what to do when the cause says.
 /// `plain_tcp`: the URL was `redis://`, so a connection reset may be a TLS
-/// port. The error's kind is kept.
+/// port. The error's kind is kept (it is shown, after `what`), but for
+/// `WRONGPASS`: redis-rs has no kind for that code and shows it as
+/// `Extension`, so it gets the kind of redis-rs's own refused `AUTH`.
 pub(crate) fn at_connect(node: &str, plain_tcp: bool, error: &RedisError) -> RedisError {
     let (what, cause) = connect_cause(plain_tcp, error);
-    RedisError::from((error.kind(), what, format!("{node}: {cause}")))
+    let kind = match error.code() {
+        Some("WRONGPASS") => ErrorKind::AuthenticationFailed,
+        _ => error.kind(),
+    };
+    RedisError::from((kind, what, format!("{node}: {cause}")))
 }
 
 /// What failed and why, for [`at_connect`].

@@ -133,6 +133,13 @@ impl LockClient {
         full
     }
 
+    /// The backend key for a rendered key given as a `String`: the prefix
+    /// put in front of it, in its own buffer when that has room.
+    pub(crate) fn prefixed_key(&self, mut key: String) -> String {
+        key.insert_str(0, &self.inner.prefix);
+        key
+    }
+
     /// A number for a new acquisition, unique within the client: its owner
     /// id is `OwnerId::new(&inner.tag.id, n)`.
     pub(crate) fn new_lock_id(&self) -> u64 {

@@ -12,8 +12,16 @@ use crate::advice;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LockError {
-    /// No global client was installed: call [`crate::init`] at start-up.
-    #[error("no lock client is installed: call lock_runtime::init(client) at start-up")]
+    /// The call found no client: none was installed with [`crate::init`],
+    /// and it was not polled inside a [`crate::with_client`] scope (a task
+    /// spawned inside a scope is outside it). Call `init` at start-up, or
+    /// wrap the call's task in `with_client`.
+    #[error(
+        "no lock client is installed, and this call is not inside a with_client scope: \
+         call lock_runtime::init(client) at start-up, or wrap the task in \
+         lock_runtime::with_client(client, task) (a task spawned inside a with_client \
+         scope is not in it: wrap the spawned task too)"
+    )]
     NotInitialized,
 
     /// [`crate::init`] was called a second time; the first client stays installed.
@@ -173,10 +181,13 @@ pub enum HeldBy {
     /// An owner this client does not hold the lock for: another client, in
     /// this process or another one.
     Other,
-    /// A locked body of this same client held it, and the call was not made
-    /// inside that body's task (a task spawned inside the body, say), so it
-    /// waited for the body instead of re-entering. Make the call inside the
-    /// body (the same task), or take the lock in the spawned task only.
+    /// Another call of this same client held it: most often plain
+    /// contention between two calls of one client (two tasks, two requests
+    /// of one service), which exclude each other as any two owners do. Or
+    /// the call was meant to re-enter the lock of a locked body and was not
+    /// made inside that body's task (a task spawned inside the body, say),
+    /// so it waited for the body instead: make the call inside the body
+    /// (the same task), or take the lock only in the spawned task.
     ThisClient,
     /// A call on the same key run side by side with this one inside the same
     /// locked body (`join!`, `select!`) had its turn: calls on a key their
@@ -192,10 +203,11 @@ impl std::fmt::Display for HeldByHint {
         f.write_str(match self.0 {
             HeldBy::Other => "",
             HeldBy::ThisClient => {
-                ": this same client holds it, in a locked body that this call was not made \
-                 inside (a task spawned inside a body does not re-enter the body's locks, \
-                 it waits for them); make the call inside the body, or take the lock only \
-                 in the spawned task"
+                ": another call of this client holds it. If this call was meant to re-enter \
+                 that lock from inside its locked body, it was not made in the body's task \
+                 (a task spawned inside a body does not re-enter the body's locks, it waits \
+                 for them): make the call in the body itself, or take the lock only in the \
+                 spawned task"
             }
             HeldBy::Sibling => {
                 ": a call run side by side with it in the same locked body (join!, select!) \

@@ -9,9 +9,14 @@ impl LockClient {
     /// and wakes its waiters in every process at once; whether it was held.
     ///
     /// The prefix is added to `key` as it is given, as in
-    /// [`inspect`](LockClient::inspect): `force_unlock("lock:order:7")`
-    /// frees `lock:lock:order:7`, not `lock:order:7` (and answers `false` if
-    /// that is not held), with a `warn` event saying so.
+    /// [`inspect`](LockClient::inspect): `force_unlock("order:7")` frees
+    /// `lock:order:7`. A held lock's full key given instead is refused:
+    /// `force_unlock("lock:order:7")` answers [`LockError::Invalid`] and
+    /// frees nothing when `lock:lock:order:7` held no lock and
+    /// `lock:order:7` holds one (found by one more read, made only for a key
+    /// that starts with the prefix and that freed nothing). Any other key
+    /// that starts with the prefix is freed as given (an attribute's key
+    /// may itself start with `lock:`).
     ///
     /// **Dangerous.** The holder is not told: its body goes on running,
     /// unprotected, while a waiter takes the lock and runs its own body at
@@ -35,10 +40,11 @@ impl LockClient {
     /// # Errors
     /// [`LockError::Backend`] when Redis fails or the key holds something
     /// that is not a lock of this version; [`LockError::NoQuorum`] when too
-    /// few Redlock nodes answer; [`LockError::Invalid`] for an empty key.
+    /// few Redlock nodes answer; [`LockError::Invalid`] for an empty key,
+    /// or a held lock's full key given for a key that holds none.
     pub async fn force_unlock(&self, key: &str) -> Result<bool, LockError> {
         let inner = &self.inner;
-        let full = self.admin_key(key, "force_unlock")?;
+        let full = self.admin_key(key)?;
         let freed = inner
             .backend
             .force_unlock(&full, &inner.tag.id)
@@ -51,6 +57,9 @@ impl LockClient {
         }
         // The notice comes back to this client too, but it skips its own.
         inner.waiters.wake_release(full.as_bytes(), 0);
+        if freed.is_none() {
+            self.refuse_a_held_full_key(key).await?;
+        }
         Ok(freed.is_some())
     }
 }

@@ -36,9 +36,12 @@ pub fn client() -> Result<&'static LockClient, LockError> {
 
 /// Runs `future` with `client` in place of the global client: every
 /// annotated call without `client = ...`, and every [`crate::run_locked`],
-/// polled inside `future` locks on `client`. For tests: each test, also
-/// among tests run in parallel in one process, gets a client of its own,
-/// with no [`init`].
+/// polled inside `future` locks on `client`. A call picks its client when
+/// it is first polled, not when it is made, so a call made outside and
+/// passed in, `with_client(client, pay(7))` or
+/// `with_client(client, lock_runtime::run_locked(..))`, locks on `client`
+/// too. For tests: each test, also among tests run in parallel in one
+/// process, gets a client of its own, with no [`init`].
 ///
 /// The scope is the future's task, as a tokio task-local value: a task
 /// spawned inside `future` does not see it (it uses the global client, or
@@ -47,7 +50,7 @@ pub fn client() -> Result<&'static LockClient, LockError> {
 /// innermost wins. [`client`] still answers the global client.
 ///
 /// ```
-/// use lock_runtime::{distributed_lock, with_client, LockClient, LockError};
+/// use lock_runtime::{distributed_lock, with_client, LockClient, LockError, LockOptions};
 ///
 /// #[distributed_lock(key = "order:<id>")]
 /// async fn pay(id: u64) -> Result<u64, LockError> {
@@ -58,7 +61,9 @@ pub fn client() -> Result<&'static LockClient, LockError> {
 /// async fn main() -> Result<(), LockError> {
 ///     // No `init`: in a test, each test makes its own client.
 ///     let client = LockClient::in_memory();
-///     assert_eq!(with_client(client, pay(7)).await?, 7);
+///     assert_eq!(with_client(client.clone(), pay(7)).await?, 7);
+///     let refund = lock_runtime::run_locked("order:7", LockOptions::new(), async { Ok(1) });
+///     assert_eq!(with_client(client, refund).await?, 1);
 ///     assert!(matches!(pay(7).await, Err(LockError::NotInitialized)));
 ///     Ok(())
 /// }

@@ -88,12 +88,14 @@ impl LockClient {
     /// free or held, by whom, for how long, and its last fencing token.
     ///
     /// The prefix is added to `key` as it is given: `inspect("order:7")`
-    /// reads `lock:order:7`, and `inspect("lock:order:7")` reads
-    /// `lock:lock:order:7` (a key may begin with the prefix's text). The
-    /// answer's [`LockInfo::key`] is the full key read, and a key given
-    /// with the prefix is logged as a `warn` event. The full keys that
-    /// [`LockInfo::key`], [`HeldInfo::key`] and [`LockError::key`] give
-    /// are not what this takes.
+    /// reads `lock:order:7`. The full keys that [`LockInfo::key`],
+    /// [`HeldInfo::key`] and [`LockError::key`] give are not what this
+    /// takes: `inspect("lock:order:7")` answers [`LockError::Invalid`] when
+    /// `lock:lock:order:7` holds no lock and `lock:order:7` holds one (found
+    /// by one more read, made only for a key that starts with the prefix
+    /// and whose lock is free). Otherwise a key that starts with the prefix
+    /// is read as given (an attribute's key may itself start with `lock:`),
+    /// and the answer's [`LockInfo::key`] is the full key read.
     ///
     /// The holder's owner id leads to the holding client's registry entry
     /// (its name, host, pid and start time; see `docs/redis-layout.md`),
@@ -106,15 +108,19 @@ impl LockClient {
     /// # Errors
     /// [`LockError::Backend`] when Redis fails or the key holds something
     /// that is not a lock of this version; [`LockError::NoQuorum`] when too
-    /// few Redlock nodes answer; [`LockError::Invalid`] for an empty key.
+    /// few Redlock nodes answer; [`LockError::Invalid`] for an empty key,
+    /// or a held lock's full key given for a key that holds none.
     pub async fn inspect(&self, key: &str) -> Result<LockInfo, LockError> {
         let inner = &self.inner;
-        let full = self.admin_key(key, "inspect")?;
+        let full = self.admin_key(key)?;
         let view = inner
             .backend
             .inspect(&full)
             .await
             .map_err(|e| inner.backend.error_on_key(e, &full, &inner.tag.place))?;
+        if view.as_ref().is_none_or(|lock| lock.owner.is_none()) {
+            self.refuse_a_held_full_key(key).await?;
+        }
         let Some(lock) = view else {
             return Ok(LockInfo {
                 key: full,
@@ -181,13 +187,8 @@ impl LockClient {
             .collect()
     }
 
-    /// The full key for an operator's call (`call`) on `key`, refusing an
-    /// empty one. A key that starts with the prefix already is taken as
-    /// given (a key template may render the prefix's text itself), with a
-    /// warning: it is more often a full key (from [`LockInfo::key`],
-    /// [`HeldInfo::key`], [`LockError::key`] or `redis-cli`) given where the
-    /// key without the prefix belongs.
-    pub(crate) fn admin_key(&self, key: &str, call: &'static str) -> Result<String, LockError> {
+    /// The full key for an operator's call on `key`, refusing an empty one.
+    pub(crate) fn admin_key(&self, key: &str) -> Result<String, LockError> {
         let full = self.full_key(format_args!("{key}"));
         if key.is_empty() {
             return Err(LockError::Invalid {
@@ -195,18 +196,35 @@ impl LockClient {
                 message: "the key is empty",
             });
         }
-        let prefix = &*self.inner.prefix;
-        if !prefix.is_empty() && key.starts_with(prefix) {
-            tracing::warn!(
-                call,
-                prefix,
-                key,
-                full_key = &*full,
-                "key starts with the client's prefix, added again: this call takes the key \
-                 without the client's prefix"
-            );
-        }
         Ok(full)
+    }
+
+    /// For an operator's call on `key` whose full key (the prefix, then
+    /// `key`) holds no lock: [`LockError::Invalid`] when `key` starts with
+    /// the prefix and is itself a held lock's full key, given where the key
+    /// without the prefix belongs. One read, for such a key only; any other
+    /// key is taken as given (an attribute's key may start with the
+    /// prefix's text).
+    pub(crate) async fn refuse_a_held_full_key(&self, key: &str) -> Result<(), LockError> {
+        let inner = &self.inner;
+        if inner.prefix.is_empty() || !key.starts_with(&*inner.prefix) {
+            return Ok(());
+        }
+        let view = inner
+            .backend
+            .inspect(key)
+            .await
+            .map_err(|e| inner.backend.error_on_key(e, key, &inner.tag.place))?;
+        if view.is_some_and(|lock| lock.owner.is_some()) {
+            return Err(LockError::Invalid {
+                key: key.to_owned(),
+                message: "this is a held lock's full key, and the call takes the key without \
+                          the client's prefix, as the attribute names it (`order:7` for the \
+                          lock `lock:order:7`): with the prefix added again it names no held \
+                          lock; pass the key without the prefix",
+            });
+        }
+        Ok(())
     }
 }
 

@@ -159,6 +159,7 @@ mod held;
 mod inspect;
 mod io;
 mod kind;
+mod lazy;
 mod lifecycle;
 mod locking;
 pub mod metrics;
@@ -210,10 +211,17 @@ pub use redis;
 
 use std::future::Future;
 
+use locking::outcome::Joined;
+
 /// Runs `body` under the lock `key` on the global client (or, inside
 /// [`with_client`], the scoped one): the form for code that cannot use the
 /// attribute (a closure, a key computed at run time).
 /// Same ownership, renewal and loss rules as the attribute.
+///
+/// `key` is copied at the call; the client, and its prefix, are picked when
+/// the future is first polled, as for an annotated call: a call made before
+/// a scope and polled inside it, `with_client(client, run_locked(..))`,
+/// locks on `client`. The future is `Send` when `body`, `T` and `E` are.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -233,8 +241,8 @@ use std::future::Future;
 /// ```
 ///
 /// # Errors
-/// As [`LockClient::run_locked`], and [`LockError::NotInitialized`] before
-/// [`init`].
+/// As [`LockClient::run_locked`], and [`LockError::NotInitialized`] when
+/// polled outside any [`with_client`] scope before [`init`].
 pub fn run_locked<T, E, F>(
     key: &str,
     options: LockOptions,
@@ -244,5 +252,10 @@ where
     F: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
-    private::run_locked(private::key(format_args!("{key}")), options, body)
+    // The key is copied now; the client (the scope's, else the global one)
+    // and its prefix are picked when the call is first polled.
+    let key = private::key_text(key);
+    lazy::Lazy::new(move || {
+        private::run_as::<Joined, _, _, _>(private::key_of_text(key), options, body)
+    })
 }

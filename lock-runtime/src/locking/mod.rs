@@ -2,9 +2,11 @@
 //! while watching for loss, release. Each phase but the run has a module.
 
 mod acquire;
+pub(crate) mod outcome;
 pub(crate) mod release;
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::mem;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -25,18 +27,20 @@ use crate::route::Lane;
 use crate::telemetry::{self, UNLABELLED};
 use crate::turn::Take;
 use acquire::Request;
+use outcome::{Joined, Outcome};
 use release::{release, release_dropped, release_later, Released};
 
-/// Runs `body` under the lock `key` (a full backend key) of `client`.
-pub(crate) fn run<T, E, F>(
+/// Runs `body` under the lock `key` (a full backend key) of `client`,
+/// giving back a lock failure as `O` says.
+pub(crate) fn run<O, T, E, F>(
     client: ClientRef<'_>,
     key: String,
     options: LockOptions,
     body: F,
-) -> Locked<'_, F, T, E>
+) -> Locked<'_, F, T, E, O>
 where
     F: Future<Output = Result<T, E>>,
-    E: From<LockError>,
+    O: Outcome<T, E>,
 {
     Locked {
         client,
@@ -44,6 +48,7 @@ where
         span: None,
         in_body: false,
         body: Some(body),
+        outcome: PhantomData,
     }
 }
 
@@ -87,7 +92,7 @@ impl LockClient {
         // Not an `async fn`: the key is rendered now, and the body's future
         // is not held a second time by an extra layer.
         let key = self.full_key(format_args!("{key}"));
-        run(ClientRef::Borrowed(self), key, options, body)
+        run::<Joined, _, _, _>(ClientRef::Borrowed(self), key, options, body)
     }
 }
 
@@ -104,7 +109,7 @@ pin_project! {
     ///
     /// Dropped while it holds the lock (cancelled, or the body panicked),
     /// it drops the body and releases the lock in the background.
-    pub(crate) struct Locked<'a, F, T, E> {
+    pub(crate) struct Locked<'a, F, T, E, O> {
         client: ClientRef<'a>,
         phase: Phase<'a, T, E>,
         // The call's `distributed_lock` span: made when the call is first
@@ -119,9 +124,11 @@ pin_project! {
         // `None` once the call has ended, or the lock was lost.
         #[pin]
         body: Option<F>,
+        // How a lock failure is given back (see `outcome`).
+        outcome: PhantomData<O>,
     }
 
-    impl<'a, F, T, E> PinnedDrop for Locked<'a, F, T, E> {
+    impl<'a, F, T, E, O> PinnedDrop for Locked<'a, F, T, E, O> {
         fn drop(this: Pin<&mut Self>) {
             let mut this = this.project();
             let _entered = this.span.as_deref().map(Span::enter);
@@ -197,12 +204,12 @@ enum Step<T, E> {
     Lost(Loss),
 }
 
-impl<F, T, E> Future for Locked<'_, F, T, E>
+impl<F, T, E, O> Future for Locked<'_, F, T, E, O>
 where
     F: Future<Output = Result<T, E>>,
-    E: From<LockError>,
+    O: Outcome<T, E>,
 {
-    type Output = Result<T, E>;
+    type Output = O::Output;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
@@ -222,7 +229,7 @@ where
                         Ok(phase) => *this.phase = phase,
                         Err(error) => {
                             this.body.set(None);
-                            return Poll::Ready(Err(E::from(error)));
+                            return Poll::Ready(O::lock(error));
                         }
                     }
                 }
@@ -233,7 +240,7 @@ where
                         Err(error) => {
                             *this.phase = Phase::Done;
                             this.body.set(None);
-                            return Poll::Ready(Err(E::from(error)));
+                            return Poll::Ready(O::lock(error));
                         }
                     }
                 }
@@ -242,7 +249,7 @@ where
                     Err(error) => {
                         *this.phase = Phase::Done;
                         this.body.set(None);
-                        return Poll::Ready(Err(E::from(error)));
+                        return Poll::Ready(O::lock(error));
                     }
                 },
                 Phase::Reentered(frame) => {
@@ -251,8 +258,8 @@ where
                     // moved out of that body stops at its next poll.
                     let step = ready!(poll_in(frame, this.body.as_mut(), this.in_body, cx));
                     let result = match step {
-                        Step::Returned(result) => result,
-                        Step::Lost(loss) => Err(E::from(lost(frame.held(), loss))),
+                        Step::Returned(result) => O::body(result),
+                        Step::Lost(loss) => O::lock(lost(frame.held(), loss)),
                     };
                     let Phase::Reentered(frame) = mem::replace(this.phase, Phase::Done) else {
                         unreachable!()
@@ -279,10 +286,10 @@ where
                         Step::Returned(_) => {
                             // Lost while the body ran its last poll.
                             let loss = held.check_now().unwrap_or(Loss::TAKEN);
-                            return Poll::Ready(Err(E::from(on_loss(client, held, loss))));
+                            return Poll::Ready(O::lock(on_loss(client, held, loss)));
                         }
                         Step::Lost(loss) => {
-                            return Poll::Ready(Err(E::from(on_loss(client, held, loss))));
+                            return Poll::Ready(O::lock(on_loss(client, held, loss)));
                         }
                     };
                     // Polled in the caller's task: the caller's runtime's
@@ -303,7 +310,7 @@ where
                     else {
                         unreachable!()
                     };
-                    return Poll::Ready(finish(&held, result, released));
+                    return Poll::Ready(finish::<O, T, E>(&held, result, released));
                 }
                 Phase::Done => panic!("a locked call was polled after it returned"),
             }
@@ -553,15 +560,15 @@ fn on_loss(client: &LockClient, held: Arc<HeldLock>, loss: Loss) -> LockError {
 /// The call's result, once the lock is given back: the body's, unless the
 /// release showed that the lock was not held to the end, which matters more
 /// than what the body returned.
-fn finish<T, E: From<LockError>>(
+fn finish<O: Outcome<T, E>, T, E>(
     held: &HeldLock,
     result: Result<T, E>,
     released: Released,
-) -> Result<T, E> {
+) -> O::Output {
     let reason = match released {
         Released::Freed => {
             telemetry::released(held);
-            return result;
+            return O::body(result);
         }
         // The body outlived its lease, or the lock was erased or taken
         // while the body ran (a Redis restart, say, before any renewal could
@@ -577,5 +584,5 @@ fn finish<T, E: From<LockError>>(
     };
     let loss = Loss::new(reason, FoundBy::Release);
     telemetry::lost(held, loss);
-    Err(E::from(lost(held, loss)))
+    O::lock(lost(held, loss))
 }

@@ -66,7 +66,13 @@ async fn synced_locks_work_and_cost_one_replica_acknowledgement() {
     let _serial = SERIAL.lock().await;
     let master = TcpServer::master();
     let replica = TcpServer::replica_of(master.port);
-    let synced = synced_client(&master).await;
+    // The replica is healthy here: WAIT answers as soon as it acknowledges,
+    // and the timeout is only how long a busy machine may take to.
+    let synced = LockClient::builder()
+        .sync_replicas(1, Duration::from_secs(5))
+        .connect(&master.url())
+        .await
+        .expect("connect");
     let plain = LockClient::connect(&master.url()).await.expect("connect");
 
     // Off: no WAIT at all (counted from here: starting the replica waited).
@@ -221,8 +227,10 @@ async fn a_failed_give_back_of_an_unreplicated_lock_is_sent_again() {
     let _serial = SERIAL.lock().await;
     // No replica: every synced acquire is refused after the timeout.
     let master = TcpServer::master();
+    // Long enough for the test to see the acquire's WAIT blocked on a busy
+    // machine.
     let client = LockClient::builder()
-        .sync_replicas(1, Duration::from_millis(500))
+        .sync_replicas(1, Duration::from_secs(3))
         .connect(&master.url())
         .await
         .expect("connect");

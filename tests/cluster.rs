@@ -4,9 +4,9 @@
 //! manual failover and a killed master during holds, sync_replicas, a
 //! client seeded with replicas only, a clear error on a node that is not a
 //! cluster, releases and withdrawals that a promoted replica missed sent
-//! to it again (waking the releasing client's own waiters), and errors
-//! that name the dead master. One test at a time: they share the machine's
-//! two cores.
+//! to it again (waking the releasing client's own waiters, and with an
+//! unrelated master frozen), and errors that name the dead master. One
+//! test at a time: they share the machine's two cores.
 mod support;
 
 use std::collections::HashSet;
@@ -777,6 +777,19 @@ async fn miss_a_release(
     key: &str,
     options: LockOptions,
 ) -> usize {
+    let replica = lose_a_release(cluster, client, key, options).await;
+    wait_promoted(cluster, replica).await;
+    replica
+}
+
+/// [`miss_a_release`] up to the master's death: the replica, which kept
+/// the hold, is not promoted yet. The replica's index.
+async fn lose_a_release(
+    cluster: &mut RedisCluster,
+    client: &LockClient,
+    key: &str,
+    options: LockOptions,
+) -> usize {
     let master = cluster.master_of(&format!("lock:{key}"));
     let replica = cluster.replica_of(master);
 
@@ -810,12 +823,16 @@ async fn miss_a_release(
         Some("h"),
         "the replica missed the release"
     );
+    replica
+}
+
+/// Waits (bounded) until node `replica` is a master.
+async fn wait_promoted(cluster: &RedisCluster, replica: usize) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while !cluster.is_master(replica) {
         assert!(Instant::now() < deadline, "the replica was not promoted");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    replica
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -900,6 +917,64 @@ async fn a_release_sent_again_wakes_a_waiter_of_the_releasing_client() {
             promoted.elapsed()
         ),
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_is_sent_again_while_an_unrelated_master_is_frozen() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RedisCluster::start();
+    // A master frozen with its replica leaves its own slots unserved; the
+    // other masters go on serving theirs.
+    for i in 0..cluster.nodes.len() {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("cluster-require-full-coverage")
+            .arg("no")
+            .query(&mut cluster.connection(i))
+            .expect("CONFIG SET");
+    }
+    let client = client(&cluster, LockClient::builder()).await;
+    let key = "stale-beside-frozen";
+    let master = cluster.master_of(&format!("lock:{key}"));
+    // A lease far beyond the check: only the release sent again frees the
+    // key within it.
+    let options = LockOptions::new().lease(Duration::from_secs(120));
+    let replica = lose_a_release(&mut cluster, &client, key, options).await;
+
+    // Another master and its replica freeze before the promotion and stay
+    // frozen through the check: every request to them goes unanswered,
+    // and they stay in the slot map (the frozen master keeps its slots).
+    // With a master frozen there is no majority to promote the replica:
+    // it takes over, as an operator would have it.
+    let frozen = (0..cluster.nodes.len())
+        .find(|&i| i != master && cluster.is_master(i))
+        .expect("another master");
+    let frozen_replica = cluster.replica_of(frozen);
+    let _paused = (cluster.pause(frozen_replica), cluster.pause(frozen));
+    let _: () = redis::cmd("CLUSTER")
+        .arg("FAILOVER")
+        .arg("TAKEOVER")
+        .query(&mut cluster.connection(replica))
+        .expect("CLUSTER FAILOVER TAKEOVER");
+    wait_promoted(&cluster, replica).await;
+    let promoted = Instant::now();
+
+    // The client reads the slot map every second (a read of the frozen
+    // master costs up to 2 s), sends the releases again within 5 s, and
+    // sends again the next second what did not go: the key is free on the
+    // promoted replica well within 20 s, not at the end of its lease.
+    let limit = Duration::from_secs(20);
+    let mut state = lock_state(&cluster, replica, key);
+    while state.as_deref() == Some("h") && promoted.elapsed() < limit {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        state = lock_state(&cluster, replica, key);
+    }
+    assert_ne!(
+        state.as_deref(),
+        Some("h"),
+        "the promoted replica still kept the released hold {:?} after the promotion",
+        promoted.elapsed()
+    );
 }
 
 /// Whether `key`'s lock on node `i` keeps a waiting writer's claim (`ww`),

@@ -9,6 +9,14 @@
 //! costs one `CLUSTER SLOTS` a second per client, and only while it has
 //! released within a lease; with nothing to send again, nothing is read.
 //!
+//! A replay loads its scripts on the master its pipeline goes to, and only
+//! there: a frozen or dead node elsewhere does not fail it. The releases of
+//! a slot that a replay did not send (the new master did not answer in
+//! time, or not yet as a master) go again at the next read, though the map
+//! did not change again, up to [`TRIES`] replays in all; past that their
+//! keys stay taken until their lease ends, as without the log. Sending a
+//! release twice changes nothing (see [`super::replay`]).
+//!
 //! A release sent again publishes its notice on the new master, with this
 //! client's id, which this client skips (its releases woke its waiters when
 //! they were first sent). But the waiters of this client that tried since
@@ -16,7 +24,7 @@
 //! release the new master ran is woken, and its head tries again. Only
 //! those keys' lines: a waiter on another key has nothing new to find.
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
@@ -26,7 +34,7 @@ use redis::{Pipeline, PushInfo, RedisError, RedisResult, Script, Value};
 
 use super::node::missed_release;
 use super::replay::ReplayLog;
-use super::slots::{read_through, slot_of, SlotMap};
+use super::slots::{load_on_master, read_through, slot_of, SlotMap};
 
 /// How often the slot map is read while there are releases to send again.
 pub(crate) const EVERY: Duration = Duration::from_secs(1);
@@ -41,6 +49,11 @@ const SLOTS: u16 = 16384;
 
 /// The longest one read of the map may take.
 const READ_WITHIN: Duration = Duration::from_secs(2);
+
+/// How many replays, one a read, the releases of a slot get in all while
+/// they go unsent: 30 s or more (a read is a second apart or more), the
+/// default lease.
+const TRIES: u32 = 30;
 
 /// The client's push handler, which wakes the lines of the keys whose
 /// releases were sent again.
@@ -74,14 +87,15 @@ pub(crate) async fn follow_masters(
     seed_host: String,
     on_push: OnPush,
 ) {
-    let mut known: Option<Arc<SlotMap>> = None;
+    let mut followed = Followed::default();
     let mut asked: u16 = 0;
     let mut ticks = tokio::time::interval(EVERY);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
         let Some(log) = log.upgrade() else { return };
-        if known.is_some() && log.is_empty() {
+        if followed.started() && log.is_empty() {
+            followed.nothing_owed();
             continue;
         }
         // A different master each time (as the connection knows them): a
@@ -96,12 +110,8 @@ pub(crate) async fn follow_masters(
         }
         let now = Arc::new(now);
         last.set(now.clone());
-        let Some(before) = known.replace(now.clone()) else {
+        let Some(moved) = followed.read(now) else {
             continue;
-        };
-        let moved = |key: &str| {
-            let slot = slot_of(key.as_bytes());
-            (before.master_of(slot) != now.master_of(slot)).then_some(slot)
         };
         let mut woken: HashSet<Box<str>> = HashSet::new();
         let wake = |key: &str| {
@@ -111,34 +121,178 @@ pub(crate) async fn follow_masters(
         };
         let replayed = log
             .replay(
-                moved,
-                |pipeline, scripts| send(&commands, pipeline, scripts),
+                |key| moved.slot(key),
+                |slot, pipeline, scripts| send(&commands, slot, pipeline, scripts),
                 wake,
             )
             .await;
+        let given_up = followed.replayed(&replayed.unsent_in);
         if replayed.sent + replayed.unsent > 0 {
             tracing::info!(
-                ?replayed,
+                sent = replayed.sent,
+                freed = replayed.freed,
+                unsent = replayed.unsent,
+                unsent_slots = replayed.unsent_in.len(),
                 "releases of the last lease sent again to new masters"
+            );
+        }
+        if given_up > 0 {
+            tracing::warn!(
+                slots = given_up,
+                tries = TRIES,
+                "releases could not be sent again to their slots' new masters; their keys \
+                 stay taken there until their lease ends"
             );
         }
     }
 }
 
-/// Loads `scripts` on every master, then sends each command of `pipeline`
-/// (all of one slot) on the cluster connection, at once: each one's answer.
+/// What the follower keeps from one read to the next.
+#[derive(Default)]
+struct Followed {
+    /// The map read last.
+    known: Option<Arc<SlotMap>>,
+    /// The slots whose releases the last replay did not send, each with
+    /// the replays that did not send them so far.
+    owed: HashMap<u16, u32>,
+}
+
+impl Followed {
+    /// Whether a map was read yet.
+    fn started(&self) -> bool {
+        self.known.is_some()
+    }
+
+    /// Takes `now`, the map just read: the slots whose releases go again;
+    /// none at the first read, which has nothing to compare with.
+    fn read(&mut self, now: Arc<SlotMap>) -> Option<Moved<'_>> {
+        let before = self.known.replace(now.clone())?;
+        Some(Moved {
+            before,
+            now,
+            owed: &self.owed,
+        })
+    }
+
+    /// After a replay that did not send the releases of the slots
+    /// `unsent`: those go again at the next read, up to [`TRIES`] replays
+    /// each; no other slot is owed. How many slots were given up.
+    fn replayed(&mut self, unsent: &BTreeSet<u16>) -> usize {
+        let mut given_up = 0;
+        let owed = unsent
+            .iter()
+            .filter_map(|&slot| {
+                let tries = self.owed.get(&slot).copied().unwrap_or(0) + 1;
+                let left = tries < TRIES;
+                given_up += usize::from(!left);
+                left.then_some((slot, tries))
+            })
+            .collect();
+        self.owed = owed;
+        given_up
+    }
+
+    /// The log keeps nothing: no release is owed.
+    fn nothing_owed(&mut self) {
+        self.owed.clear();
+    }
+}
+
+/// The slots whose releases go again at one read.
+struct Moved<'a> {
+    before: Arc<SlotMap>,
+    now: Arc<SlotMap>,
+    owed: &'a HashMap<u16, u32>,
+}
+
+impl Moved<'_> {
+    /// The slot of `key`, if its releases go again: its master changed
+    /// since the map read before, or a replay did not send them yet.
+    fn slot(&self, key: &str) -> Option<u16> {
+        let slot = slot_of(key.as_bytes());
+        let changed = self.before.master_of(slot) != self.now.master_of(slot);
+        (changed || self.owed.contains_key(&slot)).then_some(slot)
+    }
+}
+
+/// Loads `scripts` on the master of `slot` (the one node the pipeline
+/// goes to), then sends each command of `pipeline` (all of that slot) on
+/// the cluster connection, at once: each one's answer.
 async fn send(
     commands: &ClusterConnection,
+    slot: u16,
     pipeline: Pipeline,
     scripts: Vec<&'static Script>,
 ) -> Result<Vec<RedisResult<Value>>, RedisError> {
-    let mut con = commands.clone();
     for script in scripts {
-        script.load_async(&mut con).await?;
+        load_on_master(commands, script, slot).await?;
     }
     let calls = pipeline.cmd_iter().map(|cmd| {
         let mut con = commands.clone();
         async move { cmd.query_async::<Value>(&mut con).await }
     });
     Ok(join_all(calls).await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "lock:order:7";
+    const OTHER: &str = "lock:invoice:9";
+
+    /// A map where `master` serves [`KEY`]'s slot and one master, always
+    /// the same, serves [`OTHER`]'s.
+    fn map(master: &str) -> Arc<SlotMap> {
+        let mut map = SlotMap::default();
+        map.set(slot_of(KEY.as_bytes()), master.into());
+        map.set(slot_of(OTHER.as_bytes()), "10.0.0.3:7002".into());
+        Arc::new(map)
+    }
+
+    #[test]
+    fn releases_a_replay_did_not_send_go_again_at_the_next_read() {
+        let slot = slot_of(KEY.as_bytes());
+        assert_ne!(slot, slot_of(OTHER.as_bytes()));
+        let mut followed = Followed::default();
+        assert!(followed.read(map("10.0.0.1:7000")).is_none(), "nothing before");
+        // The key's slot failed over: its releases go, the other's not.
+        let moved = followed.read(map("10.0.0.4:7003")).expect("a map before");
+        assert_eq!((moved.slot(KEY), moved.slot(OTHER)), (Some(slot), None));
+        // The replay did not send them: they go again at the next read,
+        // though the map did not change since.
+        assert_eq!(followed.replayed(&BTreeSet::from([slot])), 0);
+        let moved = followed.read(map("10.0.0.4:7003")).expect("a map before");
+        assert_eq!((moved.slot(KEY), moved.slot(OTHER)), (Some(slot), None));
+        // Sent: they do not go again.
+        assert_eq!(followed.replayed(&BTreeSet::new()), 0);
+        let moved = followed.read(map("10.0.0.4:7003")).expect("a map before");
+        assert_eq!(moved.slot(KEY), None);
+    }
+
+    #[test]
+    fn releases_that_keep_going_unsent_are_given_up_after_their_tries() {
+        let slot = slot_of(KEY.as_bytes());
+        let unsent = BTreeSet::from([slot]);
+        let mut followed = Followed::default();
+        followed.read(map("10.0.0.1:7000"));
+        let moved = followed.read(map("10.0.0.4:7003")).expect("a map before");
+        assert_eq!(moved.slot(KEY), Some(slot));
+        for tried in 1..TRIES {
+            assert_eq!(followed.replayed(&unsent), 0, "after {tried} replays");
+            let moved = followed.read(map("10.0.0.4:7003")).expect("a map before");
+            assert_eq!(moved.slot(KEY), Some(slot), "after {tried} replays");
+        }
+        assert_eq!(followed.replayed(&unsent), 1, "given up");
+        let moved = followed.read(map("10.0.0.4:7003")).expect("a map before");
+        assert_eq!(moved.slot(KEY), None);
+        // A later failover of the slot sends them again, with tries anew.
+        let moved = followed.read(map("10.0.0.1:7000")).expect("a map before");
+        assert_eq!(moved.slot(KEY), Some(slot));
+        // With nothing in the log, nothing is owed.
+        assert_eq!(followed.replayed(&unsent), 0);
+        followed.nothing_owed();
+        let moved = followed.read(map("10.0.0.1:7000")).expect("a map before");
+        assert_eq!(moved.slot(KEY), None);
+    }
 }

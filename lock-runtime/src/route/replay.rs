@@ -36,7 +36,7 @@
 //! frees, 2.5 µs one that finds nothing, measured on redis-server 7.0 with
 //! `redis-cli --pipe`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -72,19 +72,22 @@ struct Entry {
 type Until = (Instant, u64);
 
 /// What one replay did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct Replayed {
-    /// Releases sent again.
+    /// Releases sent again that the master ran.
     pub sent: usize,
     /// Of those, how many freed a hold that was still there.
     pub freed: usize,
-    /// Releases not sent: their pipeline failed, or time ran out.
+    /// Releases not known to have run: their pipeline failed, their own
+    /// call failed, or time ran out.
     pub unsent: usize,
+    /// The groups of those releases.
+    pub unsent_in: BTreeSet<u16>,
 }
 
-/// One pipeline of a replay: the calls, the key of each, and the scripts
-/// they call.
-type Chunk = (Pipeline, Vec<Box<str>>, Vec<&'static Script>);
+/// One pipeline of a replay: its group, the calls, the key of each, and
+/// the scripts they call.
+type Chunk = (u16, Pipeline, Vec<Box<str>>, Vec<&'static Script>);
 
 /// The releases a route sent within the last lease.
 pub(crate) struct ReplayLog {
@@ -156,15 +159,16 @@ impl ReplayLog {
 /// Sending the entries again.
 impl ReplayLog {
     /// Sends the releases of the last lease again through `run`, which
-    /// loads the scripts it is given, then sends one pipeline to a master
-    /// and answers each command's result; `answered` is called with the
-    /// key of each release that the master answered (it ran there: it may
-    /// have freed a hold, or withdrawn a place in a line).
-    /// `group` names the pipeline an entry's key goes in (on Cluster its
-    /// hash slot: a pipeline may not span slots), or `None` to leave the
-    /// entry out. Pipelines of at most [`CHUNK`] calls, all sent at once,
-    /// answered within [`REPLAY_WITHIN`]. The entries stay: a later switch
-    /// sends them again.
+    /// loads the scripts it is given, then sends one pipeline of the group
+    /// it is given to a master and answers each command's result;
+    /// `answered` is called with the key of each release that the master
+    /// answered (it ran there: it may have freed a hold, or withdrawn a
+    /// place in a line). `group` names the pipeline an entry's key goes in
+    /// (on Cluster its hash slot: a pipeline may not span slots), or `None`
+    /// to leave the entry out. Pipelines of at most [`CHUNK`] calls, all
+    /// sent at once, answered within [`REPLAY_WITHIN`]. The entries stay: a
+    /// later switch sends them again, and so may the caller for the groups
+    /// whose releases went unsent.
     pub(crate) async fn replay<F, Fut>(
         &self,
         group: impl Fn(&str) -> Option<u16>,
@@ -172,7 +176,7 @@ impl ReplayLog {
         mut answered: impl FnMut(&str),
     ) -> Replayed
     where
-        F: Fn(Pipeline, Vec<&'static Script>) -> Fut,
+        F: Fn(u16, Pipeline, Vec<&'static Script>) -> Fut,
         Fut: Future<Output = Result<Vec<RedisResult<Value>>, RedisError>>,
     {
         use futures_util::StreamExt as _;
@@ -186,34 +190,38 @@ impl ReplayLog {
             );
         }
         let mut done = Replayed::default();
-        let mut pending: usize = pipelines.iter().map(|(_, keys, _)| keys.len()).sum();
+        // The pipelines not answered yet: how many calls, and of which groups.
+        let mut pending: usize = pipelines.iter().map(|(_, _, keys, _)| keys.len()).sum();
+        let mut waiting: BTreeMap<u16, usize> = BTreeMap::new();
         let mut sends: futures_util::stream::FuturesUnordered<_> = pipelines
             .into_iter()
-            .map(|(pipeline, keys, scripts)| {
-                let sent = run(pipeline, scripts);
-                async move { (sent.await, keys) }
+            .map(|(group, pipeline, keys, scripts)| {
+                *waiting.entry(group).or_default() += 1;
+                let sent = run(group, pipeline, scripts);
+                async move { (sent.await, group, keys) }
             })
             .collect();
         let deadline = tokio::time::Instant::now() + REPLAY_WITHIN;
-        while let Ok(Some((answer, keys))) = tokio::time::timeout_at(deadline, sends.next()).await {
+        while let Ok(Some((answer, group, keys))) =
+            tokio::time::timeout_at(deadline, sends.next()).await
+        {
             pending -= keys.len();
-            match answer {
-                Ok(answers) => {
-                    done.sent += keys.len();
-                    for (key, answer) in keys.iter().zip(&answers) {
-                        if let Ok(value) = answer {
-                            done.freed += usize::from(matches!(value, Value::Int(1)));
-                            answered(key);
-                        }
-                    }
-                }
-                Err(error) => {
-                    tracing::debug!(%error, calls = keys.len(), "a replay pipeline failed");
-                    done.unsent += keys.len();
-                }
+            if let Some(left) = waiting.get_mut(&group) {
+                *left -= 1;
+            }
+            let answers = answer.unwrap_or_else(|error| {
+                tracing::debug!(%error, calls = keys.len(), "a replay pipeline failed");
+                Vec::new()
+            });
+            let ran = done.count(&keys, &answers, &mut answered);
+            if ran < keys.len() {
+                done.unsent += keys.len() - ran;
+                done.unsent_in.insert(group);
             }
         }
         done.unsent += pending;
+        done.unsent_in
+            .extend(waiting.into_iter().filter(|(_, left)| *left > 0).map(|(g, _)| g));
         done
     }
 
@@ -232,9 +240,9 @@ impl ReplayLog {
             }
         }
         let pipelines = groups
-            .values()
-            .flat_map(|entries| entries.chunks(CHUNK))
-            .map(|chunk| {
+            .iter()
+            .flat_map(|(group, entries)| entries.chunks(CHUNK).map(|chunk| (*group, chunk)))
+            .map(|(group, chunk)| {
                 let mut pipeline = redis::pipe();
                 pipeline.ignore_errors();
                 let mut scripts: Vec<&'static Script> = Vec::new();
@@ -246,7 +254,7 @@ impl ReplayLog {
                     pipeline.add_command(entry.cmd.clone());
                     keys.push(entry.key.clone());
                 }
-                (pipeline, keys, scripts)
+                (group, pipeline, keys, scripts)
             })
             .collect();
         (pipelines, dropped)
@@ -266,6 +274,28 @@ impl ReplayLog {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Replayed {
+    /// Counts the calls of `keys` that `answers` (one each, in order) say
+    /// ran, telling `answered` of each; how many ran.
+    fn count(
+        &mut self,
+        keys: &[Box<str>],
+        answers: &[RedisResult<Value>],
+        answered: &mut impl FnMut(&str),
+    ) -> usize {
+        let mut ran = 0;
+        for (key, answer) in keys.iter().zip(answers) {
+            if let Ok(value) = answer {
+                ran += 1;
+                self.freed += usize::from(matches!(value, Value::Int(1)));
+                answered(key);
+            }
+        }
+        self.sent += ran;
+        ran
     }
 }
 
@@ -320,7 +350,7 @@ mod tests {
         let keys = log.keys();
         assert_eq!(keys.iter().map(|k| &**k).collect::<Vec<_>>(), ["b", "c"]);
         let (pipelines, _) = log.pipelines(|key| (key != "b").then_some(0), at(32));
-        let keys: Vec<&str> = pipelines.iter().flat_map(|p| &p.1).map(|k| &**k).collect();
+        let keys: Vec<&str> = pipelines.iter().flat_map(|p| &p.2).map(|k| &**k).collect();
         assert_eq!(keys, ["c"]);
     }
 
@@ -367,7 +397,7 @@ mod tests {
         let (pipelines, dropped) = log.pipelines(|_| Some(0), now);
         assert_eq!(dropped, 3);
         assert_eq!(pipelines.len(), MAX_ENTRIES.div_ceil(CHUNK));
-        let (first, keys, scripts) = &pipelines[0];
+        let (_, first, keys, scripts) = &pipelines[0];
         assert_eq!((first.len(), keys.len(), scripts.len()), (CHUNK, CHUNK, 1));
         assert_eq!(log.pipelines(|_| Some(0), now).1, 0, "counted once");
     }
@@ -381,7 +411,7 @@ mod tests {
             log.record_at(key, release(key), &SCRIPT, ends);
         }
         // The master frees the first, finds nothing for the second and
-        // refuses the third (NOSCRIPT, say).
+        // refuses the third (NOSCRIPT, say): that one may go again.
         let answers = || {
             vec![
                 Ok(Value::Int(1)),
@@ -394,21 +424,54 @@ mod tests {
         let replayed = log
             .replay(
                 group,
-                |_, _| async move { Ok(answers()) },
+                |_, _, _| async move { Ok(answers()) },
                 |key| answered.push(key.to_owned()),
             )
             .await;
         assert_eq!(answered, ["freed", "not-held"]);
         let sent = Replayed {
-            sent: 3,
+            sent: 2,
             freed: 1,
-            unsent: 0,
+            unsent: 1,
+            unsent_in: BTreeSet::from([0]),
         };
         assert_eq!(replayed, sent);
-        let failed = |_, _| async { Err(RedisError::from((redis::ErrorKind::Io, "down"))) };
+        let failed = |_, _, _| async { Err(RedisError::from((redis::ErrorKind::Io, "down"))) };
         let mut answered = 0;
         let replayed = log.replay(group, failed, |_| answered += 1).await;
         assert_eq!((replayed.unsent, answered), (3, 0));
+        assert_eq!(replayed.unsent_in, BTreeSet::from([0]));
+    }
+
+    #[tokio::test]
+    async fn a_replay_names_the_groups_whose_releases_went_unsent() {
+        let log = ReplayLog::new();
+        let now = Instant::now();
+        let ends = (now, now + Duration::from_secs(30));
+        for key in ["a:1", "a:2", "b:1", "c:1"] {
+            log.record_at(key, release(key), &SCRIPT, ends);
+        }
+        // Group 1 ("a") is answered, group 2 ("b") fails as a whole,
+        // group 3 ("c") is left out.
+        let group = |key: &str| match &key[..1] {
+            "a" => Some(1),
+            "b" => Some(2),
+            _ => None,
+        };
+        let run = |group: u16, pipeline: Pipeline, _| async move {
+            match group {
+                1 => Ok(vec![Ok(Value::Int(1)); pipeline.len()]),
+                _ => Err(RedisError::from((redis::ErrorKind::Io, "frozen"))),
+            }
+        };
+        let replayed = log.replay(group, run, |_| {}).await;
+        let expected = Replayed {
+            sent: 2,
+            freed: 2,
+            unsent: 1,
+            unsent_in: BTreeSet::from([2]),
+        };
+        assert_eq!(replayed, expected);
     }
 
     #[test]

@@ -249,7 +249,7 @@ impl SentinelBackend {
         let replayed = (shared.replay)
             .replay(
                 |_| Some(0),
-                |pipeline, scripts| backend.query_loaded(pipeline, scripts),
+                |_, pipeline, scripts| backend.query_loaded(pipeline, scripts),
                 // Every line is woken below.
                 |_| {},
             )

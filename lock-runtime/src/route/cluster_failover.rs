@@ -255,7 +255,10 @@ mod tests {
         let slot = slot_of(KEY.as_bytes());
         assert_ne!(slot, slot_of(OTHER.as_bytes()));
         let mut followed = Followed::default();
-        assert!(followed.read(map("10.0.0.1:7000")).is_none(), "nothing before");
+        assert!(
+            followed.read(map("10.0.0.1:7000")).is_none(),
+            "nothing before"
+        );
         // The key's slot failed over: its releases go, the other's not.
         let moved = followed.read(map("10.0.0.4:7003")).expect("a map before");
         assert_eq!((moved.slot(KEY), moved.slot(OTHER)), (Some(slot), None));

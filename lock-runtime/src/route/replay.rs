@@ -220,8 +220,12 @@ impl ReplayLog {
             }
         }
         done.unsent += pending;
-        done.unsent_in
-            .extend(waiting.into_iter().filter(|(_, left)| *left > 0).map(|(g, _)| g));
+        done.unsent_in.extend(
+            waiting
+                .into_iter()
+                .filter(|(_, left)| *left > 0)
+                .map(|(g, _)| g),
+        );
         done
     }
 

@@ -436,6 +436,19 @@ impl Holder {
         key: &str,
         options: lock_runtime::LockOptions,
     ) -> Holder {
+        match Holder::try_start(client, key, options).await {
+            Ok(holder) => holder,
+            Err(error) => panic!("the holder took the lock: {error:?}"),
+        }
+    }
+
+    /// As [`Holder::start`], or the error of a call that ended before its
+    /// body ran.
+    pub async fn try_start(
+        client: &lock_runtime::LockClient,
+        key: &str,
+        options: lock_runtime::LockOptions,
+    ) -> Result<Holder, lock_runtime::LockError> {
         let key = key.to_owned();
         let (held_tx, held_rx) = tokio::sync::oneshot::channel();
         let (release, release_rx) = tokio::sync::oneshot::channel::<()>();
@@ -449,11 +462,14 @@ impl Holder {
                 })
                 .await
         });
-        held_rx.await.expect("the holder took the lock");
-        Holder {
+        if held_rx.await.is_err() {
+            let outcome = task.await.expect("holder task");
+            return Err(outcome.expect_err("a call whose body did not run failed"));
+        }
+        Ok(Holder {
             release: Some(release),
             task,
-        }
+        })
     }
 
     /// Lets the body end and returns how the call ended.

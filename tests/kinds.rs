@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_runtime::{LockClient, LockError, LockMode, LockOptions};
+use lock_runtime::{KindFoundBy, LockClient, LockError, LockMode, LockOptions};
 
 /// Who is inside a key's critical section now, and the most ever.
 #[derive(Default)]
@@ -207,17 +207,22 @@ on_both_backends! {
 
 on_both_backends! {
     /// A call that meets another kind's live hold fails with
-    /// `KindMismatch`, naming the key and both kinds.
-    async fn a_call_that_meets_another_kind_fails_with_a_kind_mismatch(env: Env) {
+    /// `KindMismatch`, naming the key and both kinds. The client's kind
+    /// check is off: it would find the mismatch before the backend does
+    /// (`tests/kind_check.rs`).
+    async fn a_call_that_meets_another_kind_fails_with_a_kind_mismatch(
+        env: Env = LockClient::builder().kind_check(false)
+    ) {
         let (holder, leave_tx) = hold_inside(&env.client, "mixed", LockOptions::new().permits(2)).await;
         let error = env
             .client
             .run_locked("mixed", read(), async { Ok::<_, LockError>(()) })
             .await
             .expect_err("a reader on a counted lock");
-        let LockError::KindMismatch { key, asked, found, .. } = &error else {
+        let LockError::KindMismatch { key, asked, found, found_by, .. } = &error else {
             panic!("not a kind mismatch: {error}");
         };
+        assert_eq!(*found_by, KindFoundBy::Backend, "{error}");
         assert!(key.ends_with("mixed"), "{key}");
         assert!(asked.contains("mode = \"read\""), "{asked}");
         assert!(found.contains("permits = 2"), "{found}");
@@ -268,10 +273,11 @@ on_both_backends! {
             .run_locked("nest", write().wait(Duration::ZERO), async { Ok::<_, LockError>(()) })
             .await
             .expect("free after the failed upgrade");
+        // Another key: a key is one lock of one kind.
         let permits = LockOptions::new().permits(1).wait(Duration::ZERO);
         client
-            .run_locked("nest", permits, async {
-                client.run_locked("nest", permits, async { Ok::<_, LockError>(()) }).await
+            .run_locked("nest-counted", permits, async {
+                client.run_locked("nest-counted", permits, async { Ok::<_, LockError>(()) }).await
             })
             .await
             .expect("a permit re-entered, not a second one taken");

@@ -159,6 +159,7 @@ mod held;
 mod inspect;
 mod io;
 mod kind;
+mod kind_check;
 mod lifecycle;
 mod locking;
 pub mod metrics;
@@ -196,7 +197,7 @@ pub mod __private {
 
 pub use builder::LockClientBuilder;
 pub use client::LockClient;
-pub use error::{FoundBy, HeldBy, LockError, LossReason, NodeFailure};
+pub use error::{FoundBy, HeldBy, KindFoundBy, LockError, LossReason, NodeFailure};
 pub use fencing::{fencing_token, fencing_token_of};
 pub use global::{client, init, with_client};
 pub use inspect::{ClientInfo, HeldInfo, LockHolder, LockInfo};
@@ -235,6 +236,7 @@ use std::future::Future;
 /// # Errors
 /// As [`LockClient::run_locked`], and [`LockError::NotInitialized`] before
 /// [`init`].
+#[track_caller]
 pub fn run_locked<T, E, F>(
     key: &str,
     options: LockOptions,

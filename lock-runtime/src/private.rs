@@ -56,6 +56,7 @@ impl<E: From<LockError>> FromLockError for E {}
 ///
 /// Not an `async fn`: one layer less around the body's future, which an
 /// `async fn` would hold a second time.
+#[track_caller]
 pub fn run_locked<T, E, F>(
     key: Key,
     options: LockOptions,
@@ -171,6 +172,7 @@ pub fn key_on(client: &LockClient, key: fmt::Arguments<'_>) -> String {
 }
 
 /// Runs `body` under the lock `key` (rendered by [`key_on`]) on `client`.
+#[track_caller]
 pub fn run_locked_on<'a, T, E, F>(
     client: &'a LockClient,
     key: String,

@@ -6,6 +6,7 @@ pub(crate) mod release;
 
 use std::future::Future;
 use std::mem;
+use std::panic::Location;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -16,9 +17,10 @@ use tokio::time::Instant;
 use tracing::Span;
 
 use crate::client::{ClientRef, LockClient};
-use crate::error::{FoundBy, HeldBy, LockError, LossReason};
+use crate::error::{FoundBy, HeldBy, KindFoundBy, LockError, LossReason};
 use crate::held::{Frame, HeldLock, Loss, Term};
 use crate::kind::Kind;
+use crate::kind_check::Use;
 use crate::options::LockOptions;
 use crate::ownership;
 use crate::route::Lane;
@@ -27,7 +29,10 @@ use crate::turn::Take;
 use acquire::Request;
 use release::{release, release_dropped, release_later, Released};
 
-/// Runs `body` under the lock `key` (a full backend key) of `client`.
+/// Runs `body` under the lock `key` (a full backend key) of `client`; the
+/// call is made where the caller's caller is (`#[track_caller]` all the
+/// way from the public functions), which the kind check names.
+#[track_caller]
 pub(crate) fn run<T, E, F>(
     client: ClientRef<'_>,
     key: String,
@@ -40,7 +45,11 @@ where
 {
     Locked {
         client,
-        phase: Phase::Start { key, options },
+        phase: Phase::Start {
+            key,
+            options,
+            at: Location::caller(),
+        },
         span: None,
         in_body: false,
         body: Some(body),
@@ -73,6 +82,7 @@ impl LockClient {
     /// within `wait` ([`LockError::Timeout`]), the backend failed, or the lock
     /// was lost while `body` ran ([`LockError::Lost`]; `body` was dropped
     /// there). Otherwise what `body` returned.
+    #[track_caller]
     pub fn run_locked<'a, T, E, F>(
         &'a self,
         key: &str,
@@ -170,6 +180,8 @@ enum Phase<'a, T, E> {
     Start {
         key: String,
         options: LockOptions,
+        /// Where the call was made, for the kind check.
+        at: &'static Location<'static>,
     },
     Acquiring(Acquiring<'a>),
     /// The lock is held around the call, and another call made side by
@@ -207,18 +219,18 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let client = &*this.client;
-        if let Phase::Start { key, options } = &*this.phase {
+        if let Phase::Start { key, options, .. } = &*this.phase {
             *this.span = call_span(client, key, options);
         }
         let _entered = this.span.as_deref().map(Span::enter);
         loop {
             match this.phase {
                 Phase::Start { .. } => {
-                    let Phase::Start { key, options } = mem::replace(this.phase, Phase::Done)
+                    let Phase::Start { key, options, at } = mem::replace(this.phase, Phase::Done)
                     else {
                         unreachable!()
                     };
-                    match start(client, key, options) {
+                    match start(client, key, options, at) {
                         Ok(phase) => *this.phase = phase,
                         Err(error) => {
                             this.body.set(None);
@@ -335,12 +347,13 @@ fn call_span(client: &LockClient, key: &str, options: &LockOptions) -> Option<Bo
     (!span.is_disabled()).then(|| Box::new(span))
 }
 
-/// The first step of a call, when it is first polled: re-enter a lock held
-/// around it, or start taking the lock.
+/// The first step of a call made `at`, when it is first polled: re-enter a
+/// lock held around it, or start taking the lock.
 fn start<'a, T, E>(
     client: &ClientRef<'a>,
     key: String,
     options: LockOptions,
+    at: &'static Location<'static>,
 ) -> Result<Phase<'a, T, E>, LockError> {
     let inner = &client.inner;
     let parent = ownership::innermost();
@@ -359,6 +372,7 @@ fn start<'a, T, E>(
                 key,
                 asked: kind.name(),
                 found: format!("{}, held around this call", held.name()),
+                found_by: KindFoundBy::HeldAround,
             }),
             Err(message) => Err(LockError::Invalid { key, message }),
         };
@@ -402,6 +416,10 @@ fn start<'a, T, E>(
                       per node do not add up to one across a quorum); use one node, Sentinel \
                       or Cluster for them, or a read-write lock",
         });
+    }
+    if let Some(check) = &inner.kind_check {
+        let label = options.label_name();
+        check.note(&key, Use { kind, at, label })?;
     }
     let wait = options.wait_or(inner.wait).min(LockOptions::LONGEST);
     let term = Term {

@@ -40,15 +40,9 @@ fn places(
 ) {
     match error {
         LockError::KindMismatch {
-            found_by:
-                KindFoundBy::KindCheck {
-                    earlier,
-                    earlier_label,
-                    this_call,
-                    ..
-                },
+            found_by: KindFoundBy::KindCheck(calls),
             ..
-        } => (earlier, *earlier_label, this_call),
+        } => (calls.earlier, calls.earlier_label, calls.this_call),
         other => panic!("not the kind check's KindMismatch: {other:?}"),
     }
 }

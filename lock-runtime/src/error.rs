@@ -215,7 +215,7 @@ impl std::fmt::Display for HeldByHint {
 
 /// What found that a key is used as another kind of lock than a call asks
 /// for ([`LockError::KindMismatch`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum KindFoundBy {
     /// The call's request: Redis (or memory) holds the other kind's live
@@ -229,19 +229,24 @@ pub enum KindFoundBy {
     /// ([`LockClientBuilder::kind_check`](crate::LockClientBuilder::kind_check)):
     /// an earlier call of this client took the key as the other kind. The
     /// two calls did not meet, but would fail with this error whenever
-    /// they overlap; the call sent no request.
-    #[non_exhaustive]
-    KindCheck {
-        /// Where the earlier call was made: the annotated function (its
-        /// return type), or the `run_locked` call.
-        earlier: &'static Location<'static>,
-        /// The earlier call's label: the attribute's key template
-        /// (see [`LockOptions::label`](crate::LockOptions::label)), if it
-        /// has one.
-        earlier_label: Option<&'static str>,
-        /// Where this call was made.
-        this_call: &'static Location<'static>,
-    },
+    /// they overlap; the call sent no request. Boxed, so that every
+    /// `LockError` stays as small as before.
+    KindCheck(Box<KindCheckCalls>),
+}
+
+/// The two calls that the kind check found taking one key as kinds that
+/// cannot share it ([`KindFoundBy::KindCheck`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KindCheckCalls {
+    /// Where the earlier call was made: the annotated function (its return
+    /// type), or the `run_locked` call.
+    pub earlier: &'static Location<'static>,
+    /// The earlier call's label: the attribute's key template (see
+    /// [`LockOptions::label`](crate::LockOptions::label)), if it has one.
+    pub earlier_label: Option<&'static str>,
+    /// Where this call was made.
+    pub this_call: &'static Location<'static>,
 }
 
 /// A [`LockError::KindMismatch`]'s message after the key: the kind asked
@@ -252,12 +257,7 @@ impl std::fmt::Display for MismatchText<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         const ONE_KIND: &str = "one key is one lock of one kind";
         let (asked, found) = (self.0, self.1);
-        let KindFoundBy::KindCheck {
-            earlier,
-            earlier_label,
-            this_call,
-        } = self.2
-        else {
+        let KindFoundBy::KindCheck(calls) = self.2 else {
             return write!(
                 f,
                 "is {found}, and this call asks for {asked}: {ONE_KIND}; use one kind per key \
@@ -267,9 +267,12 @@ impl std::fmt::Display for MismatchText<'_> {
         f.write_str("was taken as ")?;
         f.write_str(found)?;
         f.write_str(" by an earlier call of this client (")?;
-        if let Some(label) = earlier_label {
+        if let Some(label) = calls.earlier_label {
             write!(f, "`{label}`, ")?;
         }
+        let KindCheckCalls {
+            earlier, this_call, ..
+        } = **calls;
         write!(
             f,
             "at {earlier}), and this call (at {this_call}) asks for {asked}: {ONE_KIND}, so \

@@ -15,7 +15,7 @@ use std::mem;
 use std::panic::Location;
 use std::sync::{Mutex, PoisonError};
 
-use crate::error::{KindFoundBy, LockError};
+use crate::error::{KindCheckCalls, KindFoundBy, LockError};
 use crate::kind::Kind;
 
 /// How many distinct keys a generation keeps: the record remembers at
@@ -96,11 +96,11 @@ fn mismatch(key: &str, last: Use, now: Use) -> LockError {
         key: key.to_owned(),
         asked: now.kind.name(),
         found: last.kind.name(),
-        found_by: KindFoundBy::KindCheck {
+        found_by: KindFoundBy::KindCheck(Box::new(KindCheckCalls {
             earlier: last.at,
             earlier_label: last.label,
             this_call: now.at,
-        },
+        })),
     }
 }
 
@@ -131,14 +131,13 @@ mod tests {
         let counted = use_of(Kind::Permits(2));
         let error = check.note("k", counted).expect_err("permits after read");
         let LockError::KindMismatch {
-            found_by: KindFoundBy::KindCheck {
-                earlier, this_call, ..
-            },
+            found_by: KindFoundBy::KindCheck(calls),
             ..
-        } = error
+        } = &error
         else {
             panic!("not the kind check's mismatch: {error}");
         };
+        let (earlier, this_call) = (calls.earlier, calls.this_call);
         // The last use that shares the key, not the first.
         assert_ne!(earlier, first.at);
         assert_eq!(this_call, counted.at);

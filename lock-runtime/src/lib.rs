@@ -197,7 +197,7 @@ pub mod __private {
 
 pub use builder::LockClientBuilder;
 pub use client::LockClient;
-pub use error::{FoundBy, HeldBy, KindFoundBy, LockError, LossReason, NodeFailure};
+pub use error::{FoundBy, HeldBy, KindCheckCalls, KindFoundBy, LockError, LossReason, NodeFailure};
 pub use fencing::{fencing_token, fencing_token_of};
 pub use global::{client, init, with_client};
 pub use inspect::{ClientInfo, HeldInfo, LockHolder, LockInfo};

@@ -145,6 +145,32 @@ async fn two_annotated_functions_of_two_kinds_on_one_key_are_found() {
     edit_doc(&client, 8).await.expect("a plain lock on doc:8");
 }
 
+#[distributed_lock(key = "queue:<name>", fair = true)]
+async fn serve(name: &str) -> Result<(), LockError> {
+    Ok(())
+}
+
+#[distributed_lock(key = "queue:<name>", mode = "read")]
+async fn peek(name: &str) -> Result<(), LockError> {
+    Ok(())
+}
+
+/// The same through the client in use (here a scoped one): the places are
+/// the annotated functions'.
+#[tokio::test]
+async fn annotated_functions_on_the_client_in_use_are_found() {
+    let client = LockClient::in_memory();
+    let error = lock_runtime::with_client(client, async {
+        serve("mail").await.expect("fair");
+        peek("mail").await.expect_err("a reader on a fair key")
+    })
+    .await;
+    let (earlier, label, this_call) = places(&error);
+    assert_eq!(label, Some("queue:<name>"));
+    assert_eq!((earlier.file(), this_call.file()), (file!(), file!()));
+    assert!(earlier.line() < this_call.line(), "{earlier} {this_call}");
+}
+
 /// Every pair of kinds that cannot share a key, one call after the other
 /// on one client, is found; the error names both kinds.
 #[tokio::test]

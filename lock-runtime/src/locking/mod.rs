@@ -29,9 +29,9 @@ use crate::turn::Take;
 use acquire::Request;
 use release::{release, release_dropped, release_later, Released};
 
-/// Runs `body` under the lock `key` (a full backend key) of `client`; the
-/// call is made where the caller's caller is (`#[track_caller]` all the
-/// way from the public functions), which the kind check names.
+/// Runs `body` under the lock `key` (a full backend key) of `client`, as a
+/// call made where the caller's caller is (`#[track_caller]` all the way
+/// from the public functions), which the kind check names.
 #[track_caller]
 pub(crate) fn run<T, E, F>(
     client: ClientRef<'_>,
@@ -43,13 +43,25 @@ where
     F: Future<Output = Result<T, E>>,
     E: From<LockError>,
 {
+    run_at(client, key, options, body, Location::caller())
+}
+
+/// [`run`] for a call made `at`: for a caller that builds the call later
+/// than it was made, and keeps where.
+pub(crate) fn run_at<'a, T, E, F>(
+    client: ClientRef<'a>,
+    key: String,
+    options: LockOptions,
+    body: F,
+    at: &'static Location<'static>,
+) -> Locked<'a, F, T, E>
+where
+    F: Future<Output = Result<T, E>>,
+    E: From<LockError>,
+{
     Locked {
         client,
-        phase: Phase::Start {
-            key,
-            options,
-            at: Location::caller(),
-        },
+        phase: Phase::Start { key, options, at },
         span: None,
         in_body: false,
         body: Some(body),

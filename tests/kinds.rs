@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use lock_runtime::{LockClient, LockError, LockMode, LockOptions};
+use lock_runtime::{KindFoundBy, LockClient, LockError, LockMode, LockOptions};
 use tokio::task::JoinHandle;
 
 /// Who is inside a key's critical section now, and the most ever.
@@ -184,8 +184,11 @@ on_both_backends! {
     /// own client, on a key that this client holds fair, fails with
     /// `KindMismatch` as soon as the fair hold is released (the fair waiter
     /// goes next), not at the end of its 30 s wait: the fair release's
-    /// notice names only the fair waiter.
-    async fn a_call_of_another_kind_behind_a_fair_waiter_hears_of_the_fair_release(env: Env) {
+    /// notice names only the fair waiter. The client's kind check is off,
+    /// so that the calls of other kinds reach the backend's line.
+    async fn a_call_of_another_kind_behind_a_fair_waiter_hears_of_the_fair_release(
+        env: Env = LockClient::builder().kind_check(false)
+    ) {
         let fair = LockOptions::new().fair(true).wait(Duration::from_secs(30));
         for (name, options) in unfair_kinds() {
             let key = format!("fair-then-{name}");
@@ -213,10 +216,12 @@ on_both_backends! {
 /// that waiter leaves: it gets the key (the fair release publishes nothing
 /// when nobody else waits in the fair line, and this client's own release
 /// wakes the call), or, if it was woken while the fair waiter held the key,
-/// failed with `KindMismatch` then.
+/// failed with `KindMismatch` then. The client's kind check is off, so that
+/// the calls of other kinds reach the backend's line.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_of_another_kind_behind_a_fair_waiter_gets_the_key_it_leaves() {
-    let env = support::Env::new(support::Kind::Redis).await;
+    let builder = LockClient::builder().kind_check(false);
+    let env = support::Env::with(support::Kind::Redis, builder).await;
     let other = env.other_client().await;
     let fair = LockOptions::new().fair(true).wait(Duration::from_secs(30));
     for (name, options) in unfair_kinds() {
@@ -450,17 +455,22 @@ on_both_backends! {
 
 on_both_backends! {
     /// A call that meets another kind's live hold fails with
-    /// `KindMismatch`, naming the key and both kinds.
-    async fn a_call_that_meets_another_kind_fails_with_a_kind_mismatch(env: Env) {
+    /// `KindMismatch`, naming the key and both kinds. The client's kind
+    /// check is off: it would find the mismatch before the backend does
+    /// (`tests/kind_check.rs`).
+    async fn a_call_that_meets_another_kind_fails_with_a_kind_mismatch(
+        env: Env = LockClient::builder().kind_check(false)
+    ) {
         let (holder, leave_tx) = hold_inside(&env.client, "mixed", LockOptions::new().permits(2)).await;
         let error = env
             .client
             .run_locked("mixed", read(), async { Ok::<_, LockError>(()) })
             .await
             .expect_err("a reader on a counted lock");
-        let LockError::KindMismatch { key, asked, found, .. } = &error else {
+        let LockError::KindMismatch { key, asked, found, found_by, .. } = &error else {
             panic!("not a kind mismatch: {error}");
         };
+        assert_eq!(*found_by, KindFoundBy::Backend, "{error}");
         assert!(key.ends_with("mixed"), "{key}");
         assert!(asked.contains("mode = \"read\""), "{asked}");
         assert!(found.contains("permits = 2"), "{found}");
@@ -511,10 +521,11 @@ on_both_backends! {
             .run_locked("nest", write().wait(Duration::ZERO), async { Ok::<_, LockError>(()) })
             .await
             .expect("free after the failed upgrade");
+        // Another key: a key is one lock of one kind.
         let permits = LockOptions::new().permits(1).wait(Duration::ZERO);
         client
-            .run_locked("nest", permits, async {
-                client.run_locked("nest", permits, async { Ok::<_, LockError>(()) }).await
+            .run_locked("nest-counted", permits, async {
+                client.run_locked("nest-counted", permits, async { Ok::<_, LockError>(()) }).await
             })
             .await
             .expect("a permit re-entered, not a second one taken");

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_runtime::{LockClient, LockError, LockMode, LockOptions};
+use lock_runtime::{KindFoundBy, LockClient, LockError, LockMode, LockOptions};
 use tokio::sync::{oneshot, Barrier, Notify};
 use tokio::task::JoinSet;
 use tokio::time::{timeout, Instant};
@@ -311,7 +311,9 @@ async fn three_holders_fill_three_permits() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn permits_on_a_key_held_by_readers_is_a_kind_mismatch() {
-    let client = LockClient::in_memory();
+    // Without the kind check, which would find the mismatch before the
+    // backend does (`tests/kind_check.rs`).
+    let client = LockClient::builder().kind_check(false).in_memory();
     let (inside_tx, inside) = oneshot::channel();
     let leave = Arc::new(Notify::new());
     let reader = {
@@ -334,8 +336,13 @@ async fn permits_on_a_key_held_by_readers_is_a_kind_mismatch() {
         .await;
     match counted {
         Err(LockError::KindMismatch {
-            key, asked, found, ..
+            key,
+            asked,
+            found,
+            found_by,
+            ..
         }) => {
+            assert_eq!(found_by, KindFoundBy::Backend);
             assert!(key.ends_with("kinds"), "{key}");
             assert!(asked.contains("permits = 2"), "{asked}");
             assert!(found.contains("readers"), "{found}");

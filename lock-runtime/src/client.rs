@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::io::Io;
+use crate::kind_check::KindCheck;
 use crate::owner_id::ClientTag;
 use crate::presence::ClientRecord;
 use crate::replica_sync::ReplicaSync;
@@ -62,6 +63,9 @@ pub(crate) struct Inner {
     pub drift_factor: f64,
     /// See [`LockClientBuilder::sync_replicas`](crate::LockClientBuilder::sync_replicas).
     pub sync_replicas: Option<ReplicaSync>,
+    /// See [`LockClientBuilder::kind_check`](crate::LockClientBuilder::kind_check):
+    /// `None` when it is off.
+    pub kind_check: Option<KindCheck>,
     pub backend: Backend,
     pub waiters: Arc<Waiters>,
     pub registry: Arc<Registry>,

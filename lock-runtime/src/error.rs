@@ -1,5 +1,6 @@
 //! The one error type of the crate.
 
+use std::panic::Location;
 use std::time::Duration;
 
 use crate::advice;
@@ -143,13 +144,19 @@ pub enum LockError {
 
     /// The key is held or waited for as another kind of lock than the one
     /// this call asks for (a read-write lock, a counted lock with some
-    /// count, a fair lock): one key is one lock, so the call did not take a
-    /// second one. Found when the call meets the other kind's live state in
-    /// Redis (or memory); the kinds guide ([`guide::kinds`]) has which kinds
+    /// count, a fair lock), or was taken as one by an earlier call of this
+    /// client: one key is one lock, so the call did not take a second one,
+    /// and its body did not run. [`found_by`](LockError::KindMismatch::found_by)
+    /// says what found it: the other kind's live state in Redis (or
+    /// memory), a hold around the call, or the client's kind check (on by
+    /// default in debug builds, see
+    /// [`LockClientBuilder::kind_check`](crate::LockClientBuilder::kind_check)),
+    /// which finds two calls of different kinds on one key even when they
+    /// never overlap. The kinds guide ([`guide::kinds`]) has which kinds
     /// share a key. Use one kind per key, or another key.
     ///
     /// [`guide::kinds`]: crate::guide::kinds
-    #[error("lock `{key}` is {found}, and this call asks for {asked}: one key is one lock of one kind; use one kind per key (or another key)")]
+    #[error("lock `{key}` {}", MismatchText(.asked, .found, .found_by))]
     #[non_exhaustive]
     KindMismatch {
         /// The lock's key.
@@ -157,8 +164,11 @@ pub enum LockError {
         /// The kind this call asked for, as the attribute writes it
         /// (`mode = "read"`, `permits = 3`, `fair = true`, or `plain`).
         asked: String,
-        /// What the key is now, as the server (or memory) found it.
+        /// The other kind: what the key is now, as the server (or memory)
+        /// found it, or what an earlier call took it as.
         found: String,
+        /// What found the other kind.
+        found_by: KindFoundBy,
     },
 
     /// A key or an option was not valid at run time (for example an empty key
@@ -214,6 +224,77 @@ impl std::fmt::Display for HeldByHint {
                  had its turn; such calls on a key their body holds take turns"
             }
         })
+    }
+}
+
+/// What found that a key is used as another kind of lock than a call asks
+/// for ([`LockError::KindMismatch`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KindFoundBy {
+    /// The call's request: Redis (or memory) holds the other kind's live
+    /// state at the key (a holder, a waiting writer's claim, a fair
+    /// waiter), so the two calls overlapped.
+    Backend,
+    /// The call is nested in a locked body that holds the key as the
+    /// other kind, and the re-entry rules do not let it in.
+    HeldAround,
+    /// The client's kind check
+    /// ([`LockClientBuilder::kind_check`](crate::LockClientBuilder::kind_check)):
+    /// an earlier call of this client took the key as the other kind. The
+    /// two calls did not meet, but would fail with this error whenever
+    /// they overlap; the call sent no request. Boxed, so that every
+    /// `LockError` stays as small as before.
+    KindCheck(Box<KindCheckCalls>),
+}
+
+/// The two calls that the kind check found taking one key as kinds that
+/// cannot share it ([`KindFoundBy::KindCheck`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KindCheckCalls {
+    /// Where the earlier call was made: the annotated function (its return
+    /// type), or the `run_locked` call.
+    pub earlier: &'static Location<'static>,
+    /// The earlier call's label: the attribute's key template (see
+    /// [`LockOptions::label`](crate::LockOptions::label)), if it has one.
+    pub earlier_label: Option<&'static str>,
+    /// Where this call was made.
+    pub this_call: &'static Location<'static>,
+}
+
+/// A [`LockError::KindMismatch`]'s message after the key: the kind asked
+/// for, the kind found, and what found it.
+struct MismatchText<'a>(&'a str, &'a str, &'a KindFoundBy);
+
+impl std::fmt::Display for MismatchText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const ONE_KIND: &str = "one key is one lock of one kind";
+        let (asked, found) = (self.0, self.1);
+        let KindFoundBy::KindCheck(calls) = self.2 else {
+            return write!(
+                f,
+                "is {found}, and this call asks for {asked}: {ONE_KIND}; use one kind per key \
+                 (or another key)"
+            );
+        };
+        f.write_str("was taken as ")?;
+        f.write_str(found)?;
+        f.write_str(" by an earlier call of this client (")?;
+        if let Some(label) = calls.earlier_label {
+            write!(f, "`{label}`, ")?;
+        }
+        let KindCheckCalls {
+            earlier, this_call, ..
+        } = **calls;
+        write!(
+            f,
+            "at {earlier}), and this call (at {this_call}) asks for {asked}: {ONE_KIND}, so \
+             the two calls fail with this error whenever they overlap (under load, or in two \
+             processes); use one kind per key (or another key). Found by this client's kind \
+             check, which sent no request; if the two calls can never overlap, turn it off \
+             with LockClientBuilder::kind_check(false)"
+        )
     }
 }
 

@@ -159,6 +159,7 @@ mod held;
 mod inspect;
 mod io;
 mod kind;
+mod kind_check;
 mod lazy;
 mod lifecycle;
 mod locking;
@@ -197,7 +198,7 @@ pub mod __private {
 
 pub use builder::LockClientBuilder;
 pub use client::LockClient;
-pub use error::{FoundBy, HeldBy, LockError, LossReason, NodeFailure};
+pub use error::{FoundBy, HeldBy, KindCheckCalls, KindFoundBy, LockError, LossReason, NodeFailure};
 pub use fencing::{fencing_token, fencing_token_of};
 pub use global::{client, init, with_client};
 pub use inspect::{ClientInfo, HeldInfo, LockHolder, LockInfo};
@@ -243,6 +244,7 @@ use locking::outcome::Joined;
 /// # Errors
 /// As [`LockClient::run_locked`], and [`LockError::NotInitialized`] when
 /// polled outside any [`with_client`] scope before [`init`].
+#[track_caller]
 pub fn run_locked<T, E, F>(
     key: &str,
     options: LockOptions,
@@ -255,7 +257,10 @@ where
     // The key is copied now; the client (the scope's, else the global one)
     // and its prefix are picked when the call is first polled.
     let key = private::key_text(key);
+    // Where the call was made, for the kind check: the closure below runs
+    // at the first poll, elsewhere.
+    let at = std::panic::Location::caller();
     lazy::Lazy::new(move || {
-        private::run_as::<Joined, _, _, _>(private::key_of_text(key), options, body)
+        private::run_as::<Joined, _, _, _>(private::key_of_text(key), options, body, at)
     })
 }

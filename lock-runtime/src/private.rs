@@ -4,6 +4,7 @@ use std::fmt;
 use std::future::{Future, Ready};
 
 use futures_util::future::Either;
+use std::panic::Location;
 use std::time::Duration;
 
 use crate::client::{ClientRef, LockClient};
@@ -83,6 +84,7 @@ impl<E: From<LockError>> FromLockError for E {}
 ///
 /// Not an `async fn`: one layer less around the body's future, which an
 /// `async fn` would hold a second time.
+#[track_caller]
 pub fn run_locked<T, E, F>(
     key: Key,
     options: LockOptions,
@@ -91,7 +93,7 @@ pub fn run_locked<T, E, F>(
 where
     F: Future<Output = Result<T, E>>,
 {
-    run_as::<Apart, _, _, _>(key, options, body)
+    run_as::<Apart, _, _, _>(key, options, body, Location::caller())
 }
 
 /// The result of an annotated call, from what [`run_locked`] or
@@ -101,18 +103,22 @@ pub fn finish<T, E: FromLockError>(outcome: Result<Result<T, E>, LockError>) -> 
 }
 
 /// Runs `body` under the lock `key` on the client in use, giving back a
-/// lock failure as `O` says.
+/// lock failure as `O` says, as a call made `at` (which the kind check
+/// names).
 pub(crate) fn run_as<O, T, E, F>(
     key: Key,
     options: LockOptions,
     body: F,
+    at: &'static Location<'static>,
 ) -> Either<Locked<'static, F, T, E, O>, Ready<O::Output>>
 where
     F: Future<Output = Result<T, E>>,
     O: Outcome<T, E>,
 {
     match key.0 {
-        Ok((client, key)) => Either::Left(locking::run::<O, _, _, _>(client, key, options, body)),
+        Ok((client, key)) => Either::Left(locking::run_at::<O, _, _, _>(
+            client, key, options, body, at,
+        )),
         Err(error) => Either::Right(std::future::ready(O::lock(error))),
     }
 }
@@ -218,6 +224,7 @@ pub fn key_on(client: &LockClient, key: fmt::Arguments<'_>) -> String {
 
 /// Runs `body` under the lock `key` (rendered by [`key_on`]) on `client`;
 /// a lock failure comes back apart, for [`finish`], as for [`run_locked`].
+#[track_caller]
 pub fn run_locked_on<'a, T, E, F>(
     client: &'a LockClient,
     key: String,

@@ -339,10 +339,18 @@ impl Env {
     }
 }
 
-/// Declares one test per backend: `mod name { memory(), redis() }`.
+/// Declares one test per backend: `mod name { memory(), redis() }`. The
+/// client has default options, or is built from the builder after `=`:
+/// `async fn name(env: Env = LockClient::builder().kind_check(false))`.
 #[macro_export]
 macro_rules! on_both_backends {
     ($(#[$meta:meta])* async fn $name:ident($env:ident: Env) $body:block) => {
+        $crate::on_both_backends! {
+            $(#[$meta])*
+            async fn $name($env: Env = ::lock_runtime::LockClient::builder()) $body
+        }
+    };
+    ($(#[$meta:meta])* async fn $name:ident($env:ident: Env = $builder:expr) $body:block) => {
         mod $name {
             #[allow(unused_imports)]
             use super::*;
@@ -352,12 +360,14 @@ macro_rules! on_both_backends {
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn memory() {
-                run($crate::support::Env::new($crate::support::Kind::Memory).await).await;
+                let env = $crate::support::Env::with($crate::support::Kind::Memory, $builder);
+                run(env.await).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn redis() {
-                run($crate::support::Env::new($crate::support::Kind::Redis).await).await;
+                let env = $crate::support::Env::with($crate::support::Kind::Redis, $builder);
+                run(env.await).await;
             }
         }
     };
@@ -436,6 +446,19 @@ impl Holder {
         key: &str,
         options: lock_runtime::LockOptions,
     ) -> Holder {
+        match Holder::try_start(client, key, options).await {
+            Ok(holder) => holder,
+            Err(error) => panic!("the holder took the lock: {error:?}"),
+        }
+    }
+
+    /// As [`Holder::start`], or the error of a call that ended before its
+    /// body ran.
+    pub async fn try_start(
+        client: &lock_runtime::LockClient,
+        key: &str,
+        options: lock_runtime::LockOptions,
+    ) -> Result<Holder, lock_runtime::LockError> {
         let key = key.to_owned();
         let (held_tx, held_rx) = tokio::sync::oneshot::channel();
         let (release, release_rx) = tokio::sync::oneshot::channel::<()>();
@@ -449,11 +472,14 @@ impl Holder {
                 })
                 .await
         });
-        held_rx.await.expect("the holder took the lock");
-        Holder {
+        if held_rx.await.is_err() {
+            let outcome = task.await.expect("holder task");
+            return Err(outcome.expect_err("a call whose body did not run failed"));
+        }
+        Ok(Holder {
             release: Some(release),
             task,
-        }
+        })
     }
 
     /// Lets the body end and returns how the call ended.

@@ -12,6 +12,7 @@ use crate::connect::{self, Connecting, Target};
 use crate::error::LockError;
 use crate::io::Io;
 use crate::kind::memory::MemoryBackend;
+use crate::kind_check::KindCheck;
 use crate::node_name::node_name;
 use crate::owner_id::ClientTag;
 use crate::presence::ClientRecord;
@@ -302,6 +303,7 @@ impl LockClientBuilder {
             wait: self.locks.wait,
             drift_factor: self.locks.drift_factor,
             sync_replicas: self.replicas,
+            kind_check: self.locks.kind_check.then(KindCheck::default),
             backend,
             waiters,
             registry,

@@ -36,6 +36,7 @@ struct LockDefaults {
     wait: Duration,
     drift_factor: f64,
     renewal_batch: usize,
+    kind_check: bool,
 }
 
 impl Default for LockDefaults {
@@ -46,6 +47,7 @@ impl Default for LockDefaults {
             wait: Duration::from_secs(10),
             drift_factor: 0.01,
             renewal_batch: 512,
+            kind_check: cfg!(debug_assertions),
         }
     }
 }
@@ -135,6 +137,34 @@ impl LockClientBuilder {
     /// many locks are held, if Redis can afford the longer pause.
     pub fn renewal_batch_size(mut self, locks: usize) -> Self {
         self.locks.renewal_batch = locks.max(1);
+        self
+    }
+
+    /// Whether the client checks that each key is taken as one kind of
+    /// lock (default: on in debug builds, off in release builds).
+    ///
+    /// Two calls that take one key as kinds that cannot share it (a plain
+    /// lock and `permits = 3`, say: see the kinds guide,
+    /// [`guide::kinds`](crate::guide::kinds)) fail with
+    /// [`LockError::KindMismatch`] only when they overlap, which tests that
+    /// run them one after another never see. With the check on, the client
+    /// remembers the kind each key was last taken with (at least the last
+    /// 1,024 distinct keys, at most 2,048), and a call that asks for a kind
+    /// that cannot share the key fails at once with `KindMismatch`, found
+    /// by [`KindFoundBy::KindCheck`](crate::KindFoundBy::KindCheck), which
+    /// names both calls' places in the source; the call sends no request.
+    /// Readers and writers (and plain locks) share a key, and so do calls
+    /// with the same `permits` or `fair`; a call that re-enters a lock held
+    /// around it is not checked. The check is per client: calls on another
+    /// client, or in another process, are not compared.
+    ///
+    /// It costs no request, only a hash lookup under a lock of the client's
+    /// per call that takes a lock (and a copy of a key it does not remember),
+    /// and nothing when it is off. Turn it off for a program that takes one
+    /// key as different kinds at times when the calls can never overlap;
+    /// turn it on in a release build to check a staging run.
+    pub fn kind_check(mut self, on: bool) -> Self {
+        self.locks.kind_check = on;
         self
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::{RedisError, Value};
 
 use super::{Acquire, Kind};
-use crate::error::LockError;
+use crate::error::{KindFoundBy, LockError};
 use crate::route::BackendError;
 
 /// The meaning of an acquire script's answer:
@@ -81,5 +81,6 @@ pub(crate) fn kind_mismatch(error: &BackendError, key: &str, asked: Kind) -> Opt
         key: key.to_owned(),
         asked: asked.name(),
         found,
+        found_by: KindFoundBy::Backend,
     })
 }

@@ -633,7 +633,7 @@ mod tests {
     //! test drives [`MemoryBackend`] on a runtime's clock.
 
     use super::*;
-    use crate::error::LockError;
+    use crate::error::{KindFoundBy, LockError};
     use crate::kind::kind_mismatch;
     use crate::route::BackendError;
 
@@ -1076,12 +1076,14 @@ mod tests {
                 key,
                 asked: asked_name,
                 found,
+                found_by,
             } = b.mismatch("b", asked)
             else {
                 panic!("a kind mismatch")
             };
             assert_eq!((key.as_str(), found), (KEY, found_name));
             assert_eq!(asked_name, asked.name());
+            assert_eq!(found_by, KindFoundBy::Backend);
             // Nothing changed.
             assert_eq!(b.release("a"), Release::Freed);
         }

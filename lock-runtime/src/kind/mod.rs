@@ -68,6 +68,19 @@ impl Kind {
         }
     }
 
+    /// Whether calls of this kind and of `other` can share a key (see the
+    /// kinds guide, "Which kinds share a key"): plain, write and read are
+    /// one read-write lock; permits only with the same count; fair only
+    /// with fair.
+    pub(crate) fn shares_key_with(self, other: Kind) -> bool {
+        match (self, other) {
+            (Kind::Exclusive | Kind::Read, Kind::Exclusive | Kind::Read)
+            | (Kind::Fair, Kind::Fair) => true,
+            (Kind::Permits(a), Kind::Permits(b)) => a == b,
+            _ => false,
+        }
+    }
+
     /// Whether a call asking for `asked` re-enters a hold of this kind
     /// around it: `Ok(true)` it does, `Ok(false)` it asks for another kind
     /// (a mismatch), `Err` for a write under a read hold (an upgrade, which

@@ -8,6 +8,7 @@ pub(crate) mod release;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::mem;
+use std::panic::Location;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -18,9 +19,10 @@ use tokio::time::Instant;
 use tracing::Span;
 
 use crate::client::{ClientRef, LockClient};
-use crate::error::{FoundBy, HeldBy, LockError, LossReason};
+use crate::error::{FoundBy, HeldBy, KindFoundBy, LockError, LossReason};
 use crate::held::{Frame, HeldLock, Loss, Term};
 use crate::kind::Kind;
+use crate::kind_check::Use;
 use crate::options::LockOptions;
 use crate::ownership;
 use crate::route::Lane;
@@ -31,7 +33,10 @@ use outcome::{Joined, Outcome};
 use release::{release, release_dropped, release_later, Released};
 
 /// Runs `body` under the lock `key` (a full backend key) of `client`,
-/// giving back a lock failure as `O` says.
+/// giving back a lock failure as `O` says, as a call made where the
+/// caller's caller is (`#[track_caller]` all the way from the public
+/// functions), which the kind check names.
+#[track_caller]
 pub(crate) fn run<O, T, E, F>(
     client: ClientRef<'_>,
     key: String,
@@ -42,9 +47,25 @@ where
     F: Future<Output = Result<T, E>>,
     O: Outcome<T, E>,
 {
+    run_at(client, key, options, body, Location::caller())
+}
+
+/// [`run`] for a call made `at`: for a caller that builds the call later
+/// than it was made, and keeps where.
+pub(crate) fn run_at<'a, O, T, E, F>(
+    client: ClientRef<'a>,
+    key: String,
+    options: LockOptions,
+    body: F,
+    at: &'static Location<'static>,
+) -> Locked<'a, F, T, E, O>
+where
+    F: Future<Output = Result<T, E>>,
+    O: Outcome<T, E>,
+{
     Locked {
         client,
-        phase: Phase::Start { key, options },
+        phase: Phase::Start { key, options, at },
         span: None,
         in_body: false,
         body: Some(body),
@@ -78,6 +99,7 @@ impl LockClient {
     /// within `wait` ([`LockError::Timeout`]), the backend failed, or the lock
     /// was lost while `body` ran ([`LockError::Lost`]; `body` was dropped
     /// there). Otherwise what `body` returned.
+    #[track_caller]
     pub fn run_locked<'a, T, E, F>(
         &'a self,
         key: &str,
@@ -177,6 +199,8 @@ enum Phase<'a, T, E> {
     Start {
         key: String,
         options: LockOptions,
+        /// Where the call was made, for the kind check.
+        at: &'static Location<'static>,
     },
     Acquiring(Acquiring<'a>),
     /// The lock is held around the call, and another call made side by
@@ -214,18 +238,18 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut this = self.project();
         let client = &*this.client;
-        if let Phase::Start { key, options } = &*this.phase {
+        if let Phase::Start { key, options, .. } = &*this.phase {
             *this.span = call_span(client, key, options);
         }
         let _entered = this.span.as_deref().map(Span::enter);
         loop {
             match this.phase {
                 Phase::Start { .. } => {
-                    let Phase::Start { key, options } = mem::replace(this.phase, Phase::Done)
+                    let Phase::Start { key, options, at } = mem::replace(this.phase, Phase::Done)
                     else {
                         unreachable!()
                     };
-                    match start(client, key, options) {
+                    match start(client, key, options, at) {
                         Ok(phase) => *this.phase = phase,
                         Err(error) => {
                             this.body.set(None);
@@ -342,12 +366,13 @@ fn call_span(client: &LockClient, key: &str, options: &LockOptions) -> Option<Bo
     (!span.is_disabled()).then(|| Box::new(span))
 }
 
-/// The first step of a call, when it is first polled: re-enter a lock held
-/// around it, or start taking the lock.
+/// The first step of a call made `at`, when it is first polled: re-enter a
+/// lock held around it, or start taking the lock.
 fn start<'a, T, E>(
     client: &ClientRef<'a>,
     key: String,
     options: LockOptions,
+    at: &'static Location<'static>,
 ) -> Result<Phase<'a, T, E>, LockError> {
     let inner = &client.inner;
     let parent = ownership::innermost();
@@ -366,6 +391,7 @@ fn start<'a, T, E>(
                 key,
                 asked: kind.name(),
                 found: format!("{}, held around this call", held.name()),
+                found_by: KindFoundBy::HeldAround,
             }),
             Err(message) => Err(LockError::Invalid { key, message }),
         };
@@ -409,6 +435,10 @@ fn start<'a, T, E>(
                       per node do not add up to one across a quorum); use one node, Sentinel \
                       or Cluster for them, or a read-write lock",
         });
+    }
+    if let Some(check) = &inner.kind_check {
+        let label = options.label_name();
+        check.note(&key, Use { kind, at, label })?;
     }
     let wait = options.wait_or(inner.wait).min(LockOptions::LONGEST);
     let term = Term {

@@ -8,7 +8,10 @@
 //! 1. Mutual exclusion, across kinds: two bodies on one key do not overlap
 //!    in time unless the call of one of them (or of the acquisition it
 //!    re-entered) ended in `Lost`, or both are readers, or both are permit
-//!    holders of one count (rule 8 counts those). So an exclusive holder
+//!    holders of one count (rule 8 counts those). A re-entered body that
+//!    was dropped before its last statement (a detached call stopped at
+//!    its next poll) is inside until it was last seen running, not until
+//!    its drop: dropping it runs none of its statements. So an exclusive holder
 //!    (plain, writer, fair) is inside with nobody, reader or writer. Bodies
 //!    of the same acquisition (a declared re-entry and its outer call: same
 //!    process, same `acq`) are one holder. Sibling calls are separate
@@ -269,12 +272,32 @@ fn kinds_of(ix: &Index<'_>, x: &Body, y: &Body) -> String {
     }
 }
 
+/// When a body was inside its hold, for rule 1: from its first statement
+/// to its last, or, for a re-entered body that was dropped before its last
+/// statement (a detached call stopped at its next poll after its hold
+/// ended), to the last moment it was seen running (its first statement or
+/// a resume). Dropping a body runs none of its statements, and rule 6
+/// checks that a re-entered body does not run after its hold.
+fn inside_until(b: &Body, last_resume: &HashMap<(u32, u64), u64>) -> u64 {
+    if b.done || b.call == b.acq {
+        return b.exit;
+    }
+    let seen = last_resume.get(&(b.proc, b.call)).copied().unwrap_or(0);
+    seen.max(b.enter).min(b.exit)
+}
+
 /// Rule 1.
 pub fn mutual_exclusion(ix: &Index<'_>) -> Vec<Violation> {
+    let mut last_resume: HashMap<(u32, u64), u64> = HashMap::new();
+    for r in &ix.history.resumes {
+        let at = last_resume.entry((r.proc, r.call)).or_insert(r.at);
+        *at = (*at).max(r.at);
+    }
     let mut out = Vec::new();
     for (key, bodies) in ix.by_key() {
         for (i, x) in bodies.iter().enumerate() {
-            for y in bodies[i + 1..].iter().take_while(|y| y.enter < x.exit) {
+            let x_until = inside_until(x, &last_resume);
+            for y in bodies[i + 1..].iter().take_while(|y| y.enter < x_until) {
                 if same_acquisition(x, y) || ix.lost(x) || ix.lost(y) {
                     continue;
                 }
@@ -291,7 +314,7 @@ pub fn mutual_exclusion(ix: &Index<'_>) -> Vec<Violation> {
                         "mutual exclusion: {} and {}{kinds} held the key at once for {:.1} ms, neither was told Lost",
                         describe(x),
                         describe(y),
-                        (x.exit.min(y.exit) - y.enter) as f64 / 1e6
+                        (x_until.min(inside_until(y, &last_resume)) - y.enter) as f64 / 1e6
                     ),
                 });
             }

@@ -343,6 +343,22 @@ fn detached_call_stopped_at_its_hold_s_end_passes() {
 }
 
 #[test]
+fn detached_body_dropped_after_the_next_holder_entered_passes() {
+    // Seen running last at 100 ms, when its hold ended; dropped at its
+    // next poll, at 115 ms, after another process entered at 105 ms: it
+    // ran nothing beside that holder.
+    let mut h = detached(&[40, 60, 80, 100], 115, Outcome::LostDetached);
+    section(&mut h, 1, 10, "x", 105, 150, 7, Outcome::Ok);
+    let v = check(&h, &Limits::default());
+    assert!(v.is_empty(), "{v:#?}");
+    // Seen running at 110 ms, beside the next holder: rules 1 and 6.
+    let mut h = detached(&[40, 60, 80, 100, 110], 115, Outcome::LostDetached);
+    section(&mut h, 1, 10, "x", 105, 150, 7, Outcome::Ok);
+    let v = check(&h, &Limits::default());
+    assert_eq!(rules(&v), vec![1, 6], "{v:#?}");
+}
+
+#[test]
 fn detached_body_running_after_its_hold_fails_rule_6() {
     let h = detached(&[40, 80, 120, 160], 170, Outcome::Ok);
     let v = check(&h, &Limits::default());

@@ -826,6 +826,30 @@ async fn lose_a_release(
     replica
 }
 
+/// Tries `key` on `client` with `options` (no wait) every 100 ms until it
+/// is taken or `limit` has passed: how long that took, if it was, and the
+/// last error.
+async fn first_taken(
+    client: &LockClient,
+    key: &str,
+    options: LockOptions,
+    limit: Duration,
+) -> (Option<Duration>, Option<LockError>) {
+    let start = Instant::now();
+    let mut last = None;
+    while start.elapsed() < limit {
+        let body = async { Ok::<_, LockError>(start.elapsed()) };
+        match client.run_locked(key, options, body).await {
+            Ok(at) => return (Some(at), last),
+            Err(error) => {
+                last = Some(error);
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    (None, last)
+}
+
 /// Waits (bounded) until node `replica` is a master.
 async fn wait_promoted(cluster: &RedisCluster, replica: usize) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -847,20 +871,8 @@ async fn a_release_the_replica_missed_is_sent_again_to_the_promoted_replica() {
 
     // Another client takes the key without waiting, within a few seconds
     // of the promotion: the first client sent its release again there.
-    let start = Instant::now();
-    let mut taken = None;
-    let mut last = None;
-    while taken.is_none() && start.elapsed() < Duration::from_secs(10) {
-        let options = LockOptions::new().wait(Duration::ZERO);
-        let body = async { Ok::<_, LockError>(start.elapsed()) };
-        match second.run_locked(key, options, body).await {
-            Ok(at) => taken = Some(at),
-            Err(error) => {
-                last = Some(error);
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
+    let options = LockOptions::new().wait(Duration::ZERO);
+    let (taken, last) = first_taken(&second, key, options, Duration::from_secs(10)).await;
     let state = lock_state(&cluster, replica, key);
     assert!(
         taken.is_some(),
@@ -1106,28 +1118,12 @@ async fn a_writers_claim_withdrawn_before_a_failover_stays_withdrawn() {
         has_writer_claim(&cluster, replica, key),
         "the replica missed the withdrawal"
     );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !cluster.is_master(replica) {
-        assert!(Instant::now() < deadline, "the replica was not promoted");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_promoted(&cluster, replica).await;
 
     // A new reader gets in within a few seconds of the promotion, beside
     // the first: the writer's client sent the withdrawal again there.
-    let promoted = Instant::now();
-    let mut taken = None;
-    let mut last = None;
-    while taken.is_none() && promoted.elapsed() < Duration::from_secs(20) {
-        let options = LockOptions::new().mode(LockMode::Read).wait(Duration::ZERO);
-        let body = async { Ok::<_, LockError>(promoted.elapsed()) };
-        match readers.run_locked(key, options, body).await {
-            Ok(at) => taken = Some(at),
-            Err(error) => {
-                last = Some(error);
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        }
-    }
+    let options = LockOptions::new().mode(LockMode::Read).wait(Duration::ZERO);
+    let (taken, last) = first_taken(&readers, key, options, Duration::from_secs(20)).await;
     let claim = has_writer_claim(&cluster, replica, key);
     assert!(
         taken.is_some(),

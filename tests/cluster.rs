@@ -799,14 +799,10 @@ async fn lose_a_release(
     // prove nothing: it counts the replicas that have this connection's
     // writes, and a fresh connection has written nothing.)
     let holder = Holder::start(client, key, options).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while lock_state(cluster, replica, key).as_deref() != Some("h") {
-        assert!(
-            Instant::now() < deadline,
-            "the replica did not have the hold within 10 s"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("the hold on the replica", || {
+        lock_state(cluster, replica, key).as_deref() == Some("h")
+    })
+    .await;
 
     // The replica's link is cut (frozen, then dropped by the master), so
     // the release lands on the master only; then the master dies and the
@@ -857,11 +853,10 @@ async fn first_taken(
 
 /// Waits (bounded) until node `replica` is a master.
 async fn wait_promoted(cluster: &RedisCluster, replica: usize) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !cluster.is_master(replica) {
-        assert!(Instant::now() < deadline, "the replica was not promoted");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_within("the replica's promotion", Duration::from_secs(30), || {
+        cluster.is_master(replica)
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1052,10 +1047,15 @@ fn has_writer_claim(cluster: &RedisCluster, i: usize, key: &str) -> bool {
 }
 
 /// Waits (bounded) until `check` holds.
-async fn until(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+async fn until(what: &str, check: impl FnMut() -> bool) {
+    until_within(what, Duration::from_secs(10), check).await;
+}
+
+/// Waits until `check` holds, at most `limit`.
+async fn until_within(what: &str, limit: Duration, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
     while !check() {
-        assert!(Instant::now() < deadline, "{what}: not within 10 s");
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -16,7 +16,8 @@
 //! (see `kinds.rs`): (g) uncontended pairs of each kind (plain, read,
 //! permits 8, fair), (h) the same pairs as raw script calls, with the plain
 //! lock's scripts from before the kinds, (i) 8 readers and a writer on one
-//! key, (j) a fair lock handed round 3 clients.
+//! key, (j) a fair lock handed round 3 clients; (k) the embedded backend's
+//! uncontended pair and 64 tasks on 64 keys (see `embedded.rs`).
 //!
 //! `LOCK_BENCH_DEBUG=1` also prints, to stderr, the waits over 50 ms in
 //! (c) and the server's time per command in (b).
@@ -28,6 +29,7 @@ mod alloc;
 mod cluster;
 mod contenders;
 mod cpu;
+mod embedded;
 mod kinds;
 mod report;
 mod server;
@@ -57,7 +59,7 @@ fn args() -> Result<Args, String> {
         smoke: false,
         current_thread_only: false,
         runs: None,
-        only: "abcdefghij".into(),
+        only: "abcdefghijk".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -70,7 +72,7 @@ fn args() -> Result<Args, String> {
             }
             "--only" => args.only = it.next().ok_or("--only needs workloads, e.g. a,c")?,
             "-h" | "--help" => return Err(
-                "usage: lock-bench [--smoke] [--runs N] [--only a,b,c,d,e,f,g,h,i,j] [--current-thread-only]"
+                "usage: lock-bench [--smoke] [--runs N] [--only a,b,c,d,e,f,g,h,i,j,k] [--current-thread-only]"
                     .into(),
             ),
             other => return Err(format!("unknown argument `{other}` (try --help)")),
@@ -254,6 +256,9 @@ fn run(cfg: &Config, only: &str, current_thread_only: bool) -> Result<Vec<String
                         let r = kinds::readers_writer(bench, kind, cfg).await?;
                         runs.i.push((run, kind, r));
                     }
+                }
+                if only.contains('k') {
+                    runs.k.push(embedded::run(cfg).await?);
                 }
                 if only.contains('j') {
                     for kind in rotate(&[Kind::Fair, Kind::Plain], run) {

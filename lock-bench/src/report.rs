@@ -39,6 +39,8 @@ pub struct Runs {
     pub h: Vec<(usize, Raw, Pairs)>,
     pub i: Vec<(usize, Kind, ReadersWriter)>,
     pub j: Vec<(usize, Kind, Handoff)>,
+    /// (k): the embedded backend, one entry per run.
+    pub k: Vec<crate::embedded::Embedded>,
 }
 
 impl Runs {
@@ -462,6 +464,7 @@ pub fn render(cfg: &Config, runs: &Runs) -> String {
         let _ = writeln!(o);
     }
     out.push_str(&render_kinds(cfg, runs));
+    out.push_str(&crate::embedded::render(&runs.k));
     out
 }
 

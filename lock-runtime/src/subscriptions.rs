@@ -4,7 +4,7 @@
 //! No call waits for a subscription, and nothing is locked across a round
 //! trip: a waiter asks for one and goes on (the head tries the lock and
 //! sleeps until the holder's expiry at most). The line is woken when the
-//! server confirms the subscription (see the client's push handler), so a
+//! server confirms the subscription (see [`push_handler`]), so a
 //! release published before that is not missed. The task works through the
 //! keys one at a time, so a subscribe and an unsubscribe of one key never
 //! cross; a waiter cancelled meanwhile leaves no subscription behind, since
@@ -19,11 +19,52 @@ use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use redis::PushInfo;
 use tokio::sync::mpsc;
 
+use crate::backend::Backend;
 use crate::io::Io;
-use crate::route::{Backend, BackendError};
+use crate::presence::ClientRecord;
+use crate::route::node as redis_backend;
+use crate::route::BackendError;
 use crate::wakeup::Waiters;
+
+/// What the pushes of a client's connections do: wake its waiters on a
+/// release by another client, on a (re)subscription and on a
+/// disconnection, and have the connections named again after one.
+pub(crate) fn push_handler(
+    waiters: Arc<Waiters>,
+    id: Arc<str>,
+    record: Arc<ClientRecord>,
+) -> impl Fn(PushInfo) + Clone + Send + Sync + 'static {
+    move |info: PushInfo| {
+        if info.kind == redis::PushKind::Disconnection {
+            // Releases published while disconnected are lost: let every
+            // waiter try again.
+            waiters.wake_all();
+            // The new connections need their name.
+            record.again.notify_one();
+        } else if let Some(channel) = redis_backend::subscribed(&info) {
+            // Subscribed (again, after a reconnect), or a release of this
+            // client sent again after a failover, whose notice is skipped
+            // below (see `route::node::missed_release`): a release before
+            // now was not heard, so the head should try.
+            waiters.wake_release(channel, 0);
+        } else if let Some(released) = redis_backend::released(&info) {
+            if let Some(next) = released.client.strip_prefix(b">") {
+                // A fair line's release names its next waiter's owner id
+                // (`><client id>:<n>`): only that waiter's client tries.
+                if next == id.as_bytes() {
+                    waiters.wake_named(released.key, released.token);
+                }
+            } else if released.client != id.as_bytes() {
+                // This client's own releases woke its waiters already; one
+                // sent again after a failover wakes them by its route.
+                waiters.wake_release(released.key, released.token);
+            }
+        }
+    }
+}
 
 /// How long after a failed subscribe the task tries again, while somebody
 /// still waits on the key.

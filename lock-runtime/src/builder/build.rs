@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use super::LockClientBuilder;
 use crate::announce;
+use crate::backend::connect::{Connecting, Target};
+use crate::backend::Backend;
 use crate::client::{Inner, LockClient};
 use crate::clock::Clock;
-use crate::connect::{self, Connecting, Target};
 use crate::error::LockError;
 use crate::io::Io;
 use crate::kind::memory::MemoryBackend;
@@ -17,8 +18,8 @@ use crate::node_name::node_name;
 use crate::owner_id::ClientTag;
 use crate::presence::ClientRecord;
 use crate::route::node::RedisConfig;
-use crate::route::{Backend, BackendError};
-use crate::subscriptions::Subscriptions;
+use crate::route::BackendError;
+use crate::subscriptions::{self, Subscriptions};
 use crate::wakeup::Waiters;
 use crate::watchdog::{self, Registry};
 
@@ -196,7 +197,7 @@ impl LockClientBuilder {
             self.runtime.client_name.as_deref(),
         ));
         let waiters = Arc::new(Waiters::default());
-        let on_push = connect::push_handler(waiters.clone(), id.clone(), record.clone());
+        let on_push = subscriptions::push_handler(waiters.clone(), id.clone(), record.clone());
         let connect_timeout = self.timeouts.connect;
         let tls = self.tls.load().map_err(LockError::Connect)?;
         let config = RedisConfig {

@@ -11,7 +11,7 @@ use super::{Acquire, Claim, Kind, Release};
 use crate::route::{Lane, Route};
 
 /// Takes `key` for `owner` as `claim` asks, on `route` over `lane`.
-pub(super) async fn acquire(
+pub(crate) async fn acquire(
     route: &impl Route,
     lane: &Lane,
     key: &str,
@@ -26,7 +26,7 @@ pub(super) async fn acquire(
 
 /// Frees `hold` (owner and token, of `kind` and lease `lease`) of `key`, or
 /// withdraws its place in a line, on `route` over `lane`.
-pub(super) async fn release(
+pub(crate) async fn release(
     route: &impl Route,
     lane: &Lane,
     key: &str,

@@ -428,13 +428,8 @@ fn start<'a, T, E>(
             message: "the waiter lease must be at least 10 ms",
         });
     }
-    if inner.backend.is_redlock() && matches!(kind, Kind::Permits(_) | Kind::Fair) {
-        return Err(LockError::Invalid {
-            key,
-            message: "permits and fair locks are not safe on Redlock (counts and lines kept \
-                      per node do not add up to one across a quorum); use one node, Sentinel \
-                      or Cluster for them, or a read-write lock",
-        });
+    if let Some(message) = inner.backend.refuses(kind) {
+        return Err(LockError::Invalid { key, message });
     }
     if let Some(check) = &inner.kind_check {
         let label = options.label_name();

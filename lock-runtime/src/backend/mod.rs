@@ -1,17 +1,29 @@
 //! The deployments a client can have, and the one place that dispatches
-//! among them: a lock kind sees a [`Routed`]: scripts on one route (one
-//! node, the Sentinel master, Cluster), a Redlock quorum, or memory.
+//! among them: between the call layer, which names no deployment, and the
+//! lock kinds (`crate::kind`), which see a [`Routed`]: scripts on one route
+//! (one node, the Sentinel master, Cluster), a Redlock quorum, or memory.
+//!
+//! Here: the deployment enum ([`Backend`]) and its dispatch ([`Routed`],
+//! [`Scripted`]); its operations (`ops.rs`: acquire, release, renew;
+//! `admin.rs`: inspect, force-unlock; `registry.rs`: the client's registry
+//! entry); connecting it (`connect.rs`).
+
+pub(crate) mod admin;
+pub(crate) mod connect;
+mod ops;
+mod registry;
 
 use ::redis::{Cmd, FromRedisValue, RedisError, Value};
 
-use super::cluster::ClusterBackend;
-use super::node::RedisBackend;
-use super::redlock::RedlockBackend;
-use super::sentinel::SentinelBackend;
-use super::{BackendError, Lane, Notices, Route, ScriptCall};
 use crate::error::LockError;
 use crate::kind::memory::MemoryBackend;
+use crate::kind::{quorum, Kind};
 use crate::replica_sync::ReplicaSync;
+use crate::route::cluster::ClusterBackend;
+use crate::route::node::RedisBackend;
+use crate::route::redlock::RedlockBackend;
+use crate::route::sentinel::SentinelBackend;
+use crate::route::{BackendError, Lane, Notices, Route, ScriptCall};
 
 /// The backends, dispatched by match: all are known to this crate.
 #[derive(Clone)]
@@ -53,9 +65,24 @@ impl Backend {
         }
     }
 
-    /// Whether the client runs on a Redlock quorum.
-    pub(crate) fn is_redlock(&self) -> bool {
-        matches!(self, Backend::Redlock(_))
+    /// The deployment's name, for the client's `Debug`.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Backend::Redis(_) => "redis",
+            Backend::Redlock(_) => "redlock",
+            Backend::Cluster(_) => "cluster",
+            Backend::Memory(_) => "memory",
+            Backend::Sentinel(_) => "sentinel",
+        }
+    }
+
+    /// Why the deployment refuses locks of `kind`, if it does: a Redlock
+    /// quorum refuses permits and fair locks (see [`quorum::refuses`]).
+    pub(crate) fn refuses(&self, kind: Kind) -> Option<&'static str> {
+        match self {
+            Backend::Redlock(_) => quorum::refuses(kind),
+            _ => None,
+        }
     }
 
     /// The connection for one call made from the current task.

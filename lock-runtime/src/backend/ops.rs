@@ -4,11 +4,12 @@
 
 use std::time::Duration;
 
-use super::exclusive::renew;
-use super::{quorum, scripted};
-use super::{Acquire, Claim, Kind, Release, RenewItem, Renewal};
+use super::{Backend, Routed};
 use crate::io::polled_on;
-use crate::route::{Backend, BackendError, Lane, Routed};
+use crate::kind::exclusive::renew;
+use crate::kind::{quorum, scripted};
+use crate::kind::{Acquire, Claim, Kind, Release, RenewItem, Renewal};
+use crate::route::{BackendError, Lane};
 
 impl Backend {
     /// Takes `key` for `owner` (one acquisition) as `claim` asks.

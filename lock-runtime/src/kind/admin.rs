@@ -7,14 +7,14 @@ use std::time::Duration;
 
 use ::redis::{ErrorKind, RedisError, Script};
 
-use super::{exclusive, sources};
-use crate::route::{Lane, Notices, Route, ScriptCall};
+use super::calls::ReleaseScripts;
+use super::sources;
+use crate::route::{Lane, Route, ScriptCall};
 
 static INSPECT: LazyLock<Script> = LazyLock::new(|| Script::new(sources::INSPECT));
-static FORCE_UNLOCK: LazyLock<Script> = LazyLock::new(|| Script::new(sources::FORCE_UNLOCK));
-/// On Cluster, the release notice goes out by sharded pub/sub.
-static FORCE_UNLOCK_SHARDED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&exclusive::sharded(sources::FORCE_UNLOCK)));
+/// Frees a lock whoever holds it; publishes its notice (by `SPUBLISH` on
+/// Cluster).
+static FORCE_UNLOCK: ReleaseScripts = ReleaseScripts::new(sources::FORCE_UNLOCK);
 
 /// What one node (or a Redlock quorum) keeps at a lock's key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,10 +73,7 @@ pub(crate) async fn force_node(
     key: &str,
     client_id: &str,
 ) -> Result<Option<u64>, RedisError> {
-    let script = match route.notices() {
-        Notices::Plain => &FORCE_UNLOCK,
-        Notices::Sharded => &FORCE_UNLOCK_SHARDED,
-    };
+    let script = FORCE_UNLOCK.of(route.notices());
     let call = ScriptCall::new(script, key, client_id, client_id.len());
     let token: u64 = route.run(&Lane::Home, &call).await?;
     Ok((token > 0).then_some(token))
@@ -84,8 +81,13 @@ pub(crate) async fn force_node(
 
 #[cfg(test)]
 mod tests {
+    use crate::route::Notices;
+
     #[test]
     fn the_sharded_force_unlock_publishes_by_spublish() {
-        assert!(super::FORCE_UNLOCK_SHARDED.get_hash() != super::FORCE_UNLOCK.get_hash());
+        let (plain, sharded) = (Notices::Plain, Notices::Sharded);
+        assert!(
+            super::FORCE_UNLOCK.of(sharded).get_hash() != super::FORCE_UNLOCK.of(plain).get_hash()
+        );
     }
 }

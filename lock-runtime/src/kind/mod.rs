@@ -5,6 +5,7 @@
 
 pub(crate) mod admin;
 mod answers;
+mod calls;
 pub(crate) mod exclusive;
 pub(crate) mod memory;
 pub(crate) mod quorum;

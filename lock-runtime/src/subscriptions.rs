@@ -25,7 +25,7 @@ use tokio::sync::mpsc;
 use crate::backend::Backend;
 use crate::io::Io;
 use crate::presence::ClientRecord;
-use crate::route::node as redis_backend;
+use crate::route::node::{self as redis_backend, Notice};
 use crate::route::BackendError;
 use crate::wakeup::Waiters;
 
@@ -50,18 +50,31 @@ pub(crate) fn push_handler(
             // below (see `route::node::missed_release`): a release before
             // now was not heard, so the head should try.
             waiters.wake_release(channel, 0);
-        } else if let Some(released) = redis_backend::released(&info) {
-            if let Some(next) = released.client.strip_prefix(b">") {
-                // A fair line's release names its next waiter's owner id
-                // (`><client id>:<n>`): only that waiter's client tries.
-                if next == id.as_bytes() {
-                    waiters.wake_named(released.key, released.token);
+        } else {
+            match redis_backend::notice(&info) {
+                // A fair line's release names its next waiter: only that
+                // waiter's client tries.
+                Some(Notice::Next { key, client, n }) if client == id.as_bytes() => {
+                    waiters.wake_named(key, n);
                 }
-            } else if released.client != id.as_bytes() {
                 // This client's own releases woke its waiters already; one
                 // sent again after a failover wakes them by its route.
-                waiters.wake_release(released.key, released.token);
+                Some(Notice::Released { key, client, token }) if client != id.as_bytes() => {
+                    waiters.wake_release(key, token);
+                }
+                _ => {}
             }
+        }
+    }
+}
+
+/// A fair release's notice in memory: wakes the waiter it names, if it is
+/// one of this client's (owner id `<client id>:<n>`).
+pub(crate) fn named_wake(waiters: Arc<Waiters>, id: Arc<str>) -> impl Fn(&str, &str) + Send + Sync {
+    move |key, owner| {
+        let named = redis_backend::split_id(owner.as_bytes());
+        if let Some((_, n)) = named.filter(|(client, _)| *client == id.as_bytes()) {
+            waiters.wake_named(key.as_bytes(), n);
         }
     }
 }

@@ -150,7 +150,7 @@ impl LockClientBuilder {
         let memory = MemoryBackend::new(Clock::of(io.handle().clone()));
         let id = new_client_id();
         let waiters = Arc::new(Waiters::default());
-        memory.on_fair_release(named_wake(waiters.clone(), id.clone()));
+        memory.on_fair_release(subscriptions::named_wake(waiters.clone(), id.clone()));
         let backend = Backend::Memory(memory);
         let ids = (id.clone(), id.as_ref().into());
         let record = Arc::new(ClientRecord::new(
@@ -159,17 +159,6 @@ impl LockClientBuilder {
             self.runtime.client_name.as_deref(),
         ));
         self.finish(ids, backend, waiters, io, record)
-    }
-}
-
-/// A fair release's notice in memory: wakes the waiter it names, if it is
-/// one of this client's (owner id `<client id>:<n>`).
-fn named_wake(waiters: Arc<Waiters>, id: Arc<str>) -> impl Fn(&str, &str) + Send + Sync {
-    move |key, owner| {
-        let named = owner.rsplit_once(':').filter(|(client, _)| *client == &*id);
-        if let Some(n) = named.and_then(|(_, n)| n.parse().ok()) {
-            waiters.wake_named(key.as_bytes(), n);
-        }
     }
 }
 

@@ -11,18 +11,13 @@
 //! deployment, when the topology changed.
 
 pub(crate) mod cluster;
-mod cluster_check;
-mod cluster_failover;
-mod cluster_replicas;
 pub(crate) mod local;
 pub(crate) mod node;
-mod notices;
 pub(crate) mod redlock;
 mod replay;
 mod replicas;
 mod script_errors;
 pub(crate) mod sentinel;
-mod slots;
 pub(crate) mod target;
 
 use std::future::Future;

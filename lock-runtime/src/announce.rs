@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::Backend;
 use crate::io::Io;
 use crate::presence::{ClientRecord, REFRESH};
-use crate::route::Backend;
 
 /// Writes `record` every [`REFRESH`] (and first now, unless `announced`
 /// already), and soon after a connection dropped, until the client closes.

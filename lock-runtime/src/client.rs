@@ -5,12 +5,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::Backend;
 use crate::io::Io;
 use crate::kind_check::KindCheck;
 use crate::owner_id::ClientTag;
 use crate::presence::ClientRecord;
 use crate::replica_sync::ReplicaSync;
-use crate::route::Backend;
 use crate::wakeup::Waiters;
 use crate::watchdog::Registry;
 
@@ -76,13 +76,7 @@ pub(crate) struct Inner {
 
 impl fmt::Debug for LockClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let backend = match self.inner.backend {
-            Backend::Redis(_) => "redis",
-            Backend::Redlock(_) => "redlock",
-            Backend::Cluster(_) => "cluster",
-            Backend::Memory(_) => "memory",
-            Backend::Sentinel(_) => "sentinel",
-        };
+        let backend = self.inner.backend.name();
         f.debug_struct("LockClient")
             .field("id", &self.inner.tag.id)
             .field("backend", &backend)

@@ -146,10 +146,10 @@
 
 mod advice;
 mod announce;
+mod backend;
 mod builder;
 mod client;
 mod clock;
-mod connect;
 mod error;
 mod fencing;
 mod force_unlock;

@@ -4,7 +4,7 @@
 //! No call waits for a subscription, and nothing is locked across a round
 //! trip: a waiter asks for one and goes on (the head tries the lock and
 //! sleeps until the holder's expiry at most). The line is woken when the
-//! server confirms the subscription (see the client's push handler), so a
+//! server confirms the subscription (see [`push_handler`]), so a
 //! release published before that is not missed. The task works through the
 //! keys one at a time, so a subscribe and an unsubscribe of one key never
 //! cross; a waiter cancelled meanwhile leaves no subscription behind, since
@@ -19,11 +19,65 @@ use std::collections::HashSet;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use redis::PushInfo;
 use tokio::sync::mpsc;
 
+use crate::backend::Backend;
 use crate::io::Io;
-use crate::route::{Backend, BackendError};
+use crate::presence::ClientRecord;
+use crate::route::node::{self as redis_backend, Notice};
+use crate::route::BackendError;
 use crate::wakeup::Waiters;
+
+/// What the pushes of a client's connections do: wake its waiters on a
+/// release by another client, on a (re)subscription and on a
+/// disconnection, and have the connections named again after one.
+pub(crate) fn push_handler(
+    waiters: Arc<Waiters>,
+    id: Arc<str>,
+    record: Arc<ClientRecord>,
+) -> impl Fn(PushInfo) + Clone + Send + Sync + 'static {
+    move |info: PushInfo| {
+        if info.kind == redis::PushKind::Disconnection {
+            // Releases published while disconnected are lost: let every
+            // waiter try again.
+            waiters.wake_all();
+            // The new connections need their name.
+            record.again.notify_one();
+        } else if let Some(channel) = redis_backend::subscribed(&info) {
+            // Subscribed (again, after a reconnect), or a release of this
+            // client sent again after a failover, whose notice is skipped
+            // below (see `route::node::missed_release`): a release before
+            // now was not heard, so the head should try.
+            waiters.wake_release(channel, 0);
+        } else {
+            match redis_backend::notice(&info) {
+                // A fair line's release names its next waiter: only that
+                // waiter's client tries.
+                Some(Notice::Next { key, client, n }) if client == id.as_bytes() => {
+                    waiters.wake_named(key, n);
+                }
+                // This client's own releases woke its waiters already; one
+                // sent again after a failover wakes them by its route.
+                Some(Notice::Released { key, client, token }) if client != id.as_bytes() => {
+                    waiters.wake_release(key, token);
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// A fair release's notice in memory: wakes the waiter it names, if it is
+/// one of this client's (owner id `<client id>:<n>`).
+pub(crate) fn named_wake(waiters: Arc<Waiters>, id: Arc<str>) -> impl Fn(&str, &str) + Send + Sync {
+    move |key, owner| {
+        let named = redis_backend::split_id(owner.as_bytes());
+        if let Some((_, n)) = named.filter(|(client, _)| *client == id.as_bytes()) {
+            waiters.wake_named(key.as_bytes(), n);
+        }
+    }
+}
 
 /// How long after a failed subscribe the task tries again, while somebody
 /// still waits on the key.

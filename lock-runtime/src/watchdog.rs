@@ -21,10 +21,10 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::backend::Backend;
 use crate::held::{HeldLock, Loss};
 use crate::kind::{RenewItem, Renewal};
 use crate::owner_id::OwnerId;
-use crate::route::Backend;
 use crate::telemetry;
 use crate::wakeup::Waiters;
 

@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use super::LockClientBuilder;
 use crate::announce;
+use crate::backend::connect::{Connecting, Target};
+use crate::backend::Backend;
 use crate::client::{Inner, LockClient};
 use crate::clock::Clock;
-use crate::connect::{self, Connecting, Target};
 use crate::error::LockError;
 use crate::io::Io;
 use crate::kind::memory::MemoryBackend;
@@ -17,8 +18,8 @@ use crate::node_name::node_name;
 use crate::owner_id::ClientTag;
 use crate::presence::ClientRecord;
 use crate::route::node::RedisConfig;
-use crate::route::{Backend, BackendError};
-use crate::subscriptions::Subscriptions;
+use crate::route::BackendError;
+use crate::subscriptions::{self, Subscriptions};
 use crate::wakeup::Waiters;
 use crate::watchdog::{self, Registry};
 
@@ -149,7 +150,7 @@ impl LockClientBuilder {
         let memory = MemoryBackend::new(Clock::of(io.handle().clone()));
         let id = new_client_id();
         let waiters = Arc::new(Waiters::default());
-        memory.on_fair_release(named_wake(waiters.clone(), id.clone()));
+        memory.on_fair_release(subscriptions::named_wake(waiters.clone(), id.clone()));
         let backend = Backend::Memory(memory);
         let ids = (id.clone(), id.as_ref().into());
         let record = Arc::new(ClientRecord::new(
@@ -158,17 +159,6 @@ impl LockClientBuilder {
             self.runtime.client_name.as_deref(),
         ));
         self.finish(ids, backend, waiters, io, record)
-    }
-}
-
-/// A fair release's notice in memory: wakes the waiter it names, if it is
-/// one of this client's (owner id `<client id>:<n>`).
-fn named_wake(waiters: Arc<Waiters>, id: Arc<str>) -> impl Fn(&str, &str) + Send + Sync {
-    move |key, owner| {
-        let named = owner.rsplit_once(':').filter(|(client, _)| *client == &*id);
-        if let Some(n) = named.and_then(|(_, n)| n.parse().ok()) {
-            waiters.wake_named(key.as_bytes(), n);
-        }
     }
 }
 
@@ -196,7 +186,7 @@ impl LockClientBuilder {
             self.runtime.client_name.as_deref(),
         ));
         let waiters = Arc::new(Waiters::default());
-        let on_push = connect::push_handler(waiters.clone(), id.clone(), record.clone());
+        let on_push = subscriptions::push_handler(waiters.clone(), id.clone(), record.clone());
         let connect_timeout = self.timeouts.connect;
         let tls = self.tls.load().map_err(LockError::Connect)?;
         let config = RedisConfig {

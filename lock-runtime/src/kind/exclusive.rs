@@ -1,50 +1,29 @@
 //! The exclusive lock (layout 1, see `docs/redis-layout.md`): its scripts,
-//! its operations as script calls, and how their answers read, written
+//! its operations as script calls (its acquire and release run through
+//! `calls.rs`, as every kind's do), and how their answers read, written
 //! once for every route that runs scripts (one node, Sentinel, Cluster; a
-//! Redlock node is one node).
+//! Redlock node is one node). Its renewal, fence and the operator's
+//! scripts serve the shared kinds too: they read both shapes of a key.
 
 use std::sync::LazyLock;
-use std::time::Duration;
 
 use futures_util::future::join_all;
-use redis::{Cmd, RedisError, Script};
+use redis::{RedisError, Script};
 
-use super::{answers, sources};
-use super::{Acquire, Claim, Release, RenewItem, Renewal};
+use super::calls::ReleaseScripts;
+use super::sources;
+use super::{Claim, RenewItem, Renewal};
 use crate::options::LockOptions;
-use crate::route::{millis, Lane, Notices, Route, ScriptCall};
+use crate::route::{millis, Lane, Route, ScriptCall};
 
 /// Takes a lock for one acquisition.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(&acquire_source()));
 /// Frees a lock held by one acquisition; publishes its notice.
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::RELEASE));
-/// The same, publishing by `SPUBLISH` (see [`sharded`]).
-static RELEASE_SHARDED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&sharded(sources::RELEASE)));
+pub(super) static RELEASE: ReleaseScripts = ReleaseScripts::new(sources::RELEASE);
 /// Resets the leases of a batch of held locks.
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(sources::RENEW));
 /// Raises a held lock's fence (Redlock's write-back).
 static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::FENCE));
-
-/// `source` publishing by `SPUBLISH` where the server has it: the channel,
-/// named like the lock key, is in the lock's slot, so the script may
-/// publish on it, and only the slot's shard hears it. Where `SPUBLISH` is
-/// unknown (Redis 6.2), the script publishes by `PUBLISH`, which a cluster
-/// sends to every node, and the client's subscriptions there use
-/// `SUBSCRIBE` (see `route/notices.rs`): each node's script finds out for
-/// itself, so a cluster of mixed families notifies too.
-pub(crate) fn sharded(source: &str) -> String {
-    let publish = "redis.pcall('publish', key,";
-    assert!(source.contains(publish));
-    let publish_sharded = "local function publish_sharded(channel, message)\n\
-        \x20 local sent = redis.pcall('spublish', channel, message)\n\
-        \x20 if type(sent) == 'table' and sent.err then redis.pcall('publish', channel, message) end\n\
-        end\n";
-    format!(
-        "{publish_sharded}{}",
-        source.replace(publish, "publish_sharded(key,")
-    )
-}
 
 /// The acquire script's source.
 fn acquire_source() -> String {
@@ -61,115 +40,16 @@ fn acquire_source() -> String {
     source.to_owned()
 }
 
-/// The release script for `route`'s notices.
-fn release_script(notices: Notices) -> &'static Script {
-    match notices {
-        Notices::Plain => &RELEASE,
-        Notices::Sharded => &RELEASE_SHARDED,
-    }
-}
-
-/// The release of `owner`'s hold of `key` (of lease `lease`), with
-/// `token` in its notice.
-fn release_call<'a>(
-    route: &impl Route,
-    key: &'a str,
-    hold: (&str, u64),
-    lease: Duration,
-) -> ScriptCall<'a> {
-    release_call_of(release_script, route, key, hold, lease)
-}
-
-/// A kind's release call: `script` for the route's notices, on `owner`'s
-/// hold of `key` (of lease `lease`, for which a route that fails over keeps
-/// it), with `token` in its notice.
-pub(super) fn release_call_of<'a>(
-    script: fn(Notices) -> &'static Script,
-    route: &impl Route,
-    key: &'a str,
-    (owner, token): (&str, u64),
-    lease: Duration,
-) -> ScriptCall<'a> {
-    let client_id = route.client_id();
-    let args = (owner, client_id, token);
-    let size = owner.len() + client_id.len() + 20;
-    let mut call = ScriptCall::new(script(route.notices()), key, args, size);
-    call.replay = Some(lease);
-    call
-}
-
-/// Runs a release `call` (of any kind) over `lane`: freed when it answers 1.
-pub(super) async fn run_release(
-    route: &impl Route,
-    lane: &Lane,
-    call: &ScriptCall<'_>,
-) -> Result<Release, RedisError> {
-    let freed: i64 = route.run(lane, call).await?;
-    Ok(if freed == 1 {
-        Release::Freed
-    } else {
-        Release::NotHeld
-    })
-}
-
-/// Takes `key` for `owner` for the claim's lease on `route`, over `lane`.
-pub(crate) async fn acquire(
-    route: &impl Route,
-    lane: &Lane,
-    key: &str,
-    owner: &str,
-    claim: Claim,
-) -> Result<Acquire, RedisError> {
+/// The acquire call that takes `key` for `owner` for the claim's lease.
+pub(super) fn acquire_call<'a>(key: &'a str, owner: &str, claim: Claim) -> ScriptCall<'a> {
     let lease = millis(claim.lease);
     // The waiter lease only when it is not the scripts' default.
-    let call = if claim.waiter_lease == LockOptions::DEFAULT_WAITER_LEASE {
+    if claim.waiter_lease == LockOptions::DEFAULT_WAITER_LEASE {
         ScriptCall::new(&ACQUIRE, key, (owner, lease), owner.len() + 20)
     } else {
         let args = (owner, lease, millis(claim.waiter_lease));
         ScriptCall::new(&ACQUIRE, key, args, owner.len() + 40)
-    };
-    if route.sync().is_some() {
-        // Boxed, so the default path's future does not grow by its state.
-        let undo = release_call(route, key, (owner, 0), claim.lease).cmd;
-        return Box::pin(acquire_synced(route, call, undo)).await;
     }
-    answers::acquired(route.run(lane, &call).await?)
-}
-
-/// An acquire `call` (of any kind) followed by `WAIT`; a lock taken without
-/// enough replicas is `NotReplicated`. If the caller is gone when a granting
-/// answer comes, the route sends `undo` (the release of the same owner) on
-/// the same connection.
-#[cold]
-pub(super) async fn acquire_synced(
-    route: &impl Route,
-    call: ScriptCall<'_>,
-    undo: Cmd,
-) -> Result<Acquire, RedisError> {
-    let needed = route.sync().map_or(0, |sync| sync.replicas);
-    let (answer, acked) = route.run_synced(call, Some(undo)).await?;
-    let answer = answers::acquired(answer)?;
-    match answer.token() {
-        Some(token) if acked < needed => Ok(Acquire::NotReplicated { token, acked }),
-        _ => Ok(answer),
-    }
-}
-
-/// Frees `key` if `owner` holds it (a hold of lease `lease`); `token` goes
-/// out with the notice, so that a waiter told by several nodes wakes once.
-pub(crate) async fn release(
-    route: &impl Route,
-    lane: &Lane,
-    key: &str,
-    (owner, token): (&str, u64),
-    lease: Duration,
-) -> Result<Release, RedisError> {
-    run_release(
-        route,
-        lane,
-        &release_call(route, key, (owner, token), lease),
-    )
-    .await
 }
 
 /// Raises the kept fencing token of the lock `owner` holds to `token`;
@@ -274,9 +154,15 @@ fn renewal(answer: i64, synced: bool) -> Renewal {
 
 #[cfg(test)]
 mod tests {
+    use crate::route::Notices;
+
     #[test]
     fn the_sharded_release_publishes_by_spublish() {
         let plain = redis::Script::new(super::sources::RELEASE);
-        assert!(super::RELEASE_SHARDED.get_hash() != plain.get_hash());
+        assert_eq!(
+            super::RELEASE.of(Notices::Plain).get_hash(),
+            plain.get_hash()
+        );
+        assert!(super::RELEASE.of(Notices::Sharded).get_hash() != plain.get_hash());
     }
 }

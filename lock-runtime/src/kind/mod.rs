@@ -5,11 +5,11 @@
 
 pub(crate) mod admin;
 mod answers;
+mod calls;
 pub(crate) mod exclusive;
 pub(crate) mod memory;
-mod ops;
-mod quorum;
-mod scripted;
+pub(crate) mod quorum;
+pub(crate) mod scripted;
 pub(crate) mod shared;
 pub(crate) mod sources;
 

@@ -12,11 +12,16 @@
 //! lock, written back to the granting nodes that answered less before the
 //! lock counts as taken: a quorum then keeps it, and any later quorum
 //! includes one of those nodes, which answers a larger token.
+//!
+//! Also here: how the operator's calls (inspect, force-unlock) combine
+//! over the nodes, and the kinds a quorum refuses (permits and fair locks:
+//! counts and lines kept per node do not add up to one across a quorum).
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::admin::{force_node, inspect_node, LockView, NodeLock};
 use super::{exclusive, scripted};
 use super::{Acquire, Claim, Kind, Release, RenewItem, Renewal};
 use crate::route::redlock::{Answers, RedlockBackend};
@@ -216,6 +221,74 @@ pub(crate) async fn renew(
         }
     };
     Ok(renewed.into_iter().zip(gone).map(decide).collect())
+}
+
+/// A Redlock lock is held by the owner that a quorum names, for as long as
+/// a quorum keeps it (the quorum-th longest TTL among them); otherwise free.
+/// The fence is the largest any node keeps.
+pub(crate) async fn inspect(b: &RedlockBackend, key: &str) -> Result<LockView, BackendError> {
+    let answers = b.on_all(|node| inspect_node(node, key)).await;
+    let views: Vec<&LockView> = answers.iter().flatten().collect();
+    if views.len() < b.quorum() {
+        return Err(BackendError::NoQuorum {
+            needed: b.quorum(),
+            reached: views.len(),
+            failures: b.failures(answers),
+        });
+    }
+    let kept: Vec<&NodeLock> = views.iter().filter_map(|v| v.as_ref()).collect();
+    let Some(fence) = kept.iter().map(|l| l.fence).max() else {
+        return Ok(None);
+    };
+    for candidate in kept.iter().filter_map(|l| l.owner.as_deref()) {
+        let mut ttls: Vec<Option<Duration>> = kept
+            .iter()
+            .filter(|l| l.owner.as_deref() == Some(candidate))
+            .map(|l| l.ttl)
+            .collect();
+        if ttls.len() >= b.quorum() {
+            // Longest first, no expiry longest of all.
+            ttls.sort_by(|x, y| y.unwrap_or(Duration::MAX).cmp(&x.unwrap_or(Duration::MAX)));
+            return Ok(Some(NodeLock {
+                fence,
+                owner: Some(candidate.to_owned()),
+                ttl: ttls[b.quorum() - 1],
+            }));
+        }
+    }
+    Ok(Some(NodeLock {
+        fence,
+        owner: None,
+        ttl: None,
+    }))
+}
+
+/// Frees the lock on every node that answers; a quorum must answer.
+pub(crate) async fn force_unlock(
+    b: &RedlockBackend,
+    key: &str,
+    client_id: &str,
+) -> Result<Option<u64>, BackendError> {
+    let answers = b.on_all(|node| force_node(node, key, client_id)).await;
+    let answered = answers.iter().filter(|a| a.is_ok()).count();
+    if answered < b.quorum() {
+        return Err(BackendError::NoQuorum {
+            needed: b.quorum(),
+            reached: answered,
+            failures: b.failures(answers),
+        });
+    }
+    Ok(answers.into_iter().flatten().flatten().max())
+}
+
+/// Why a Redlock quorum refuses locks of `kind`, if it does: permits and
+/// fair locks are not safe there.
+pub(crate) fn refuses(kind: Kind) -> Option<&'static str> {
+    matches!(kind, Kind::Permits(_) | Kind::Fair).then_some(
+        "permits and fair locks are not safe on Redlock (counts and lines kept \
+         per node do not add up to one across a quorum); use one node, Sentinel \
+         or Cluster for them, or a read-write lock",
+    )
 }
 
 /// 5 to 50 ms, so that clients that split a vote do not collide again.

@@ -1,26 +1,23 @@
 //! The shared kinds (readers, permits, fair; see `lua/shared/hash.lua` and
-//! `docs/redis-layout.md`): their acquire and release as script calls,
-//! written once for every route that runs scripts. Their renewals, fences
-//! and the operator's scripts are the exclusive lock's, which read both
-//! shapes of a key.
+//! `docs/redis-layout.md`): their acquire and release scripts, and their
+//! acquire as a script call, written once for every route that runs
+//! scripts (the calls run through `calls.rs`, as every kind's do). Their
+//! renewals, fences and the operator's scripts are the exclusive lock's,
+//! which read both shapes of a key.
 
 use std::sync::LazyLock;
-use std::time::Duration;
 
-use redis::{RedisError, Script};
+use redis::Script;
 
-use super::exclusive::{acquire_synced, release_call_of, run_release, sharded};
-use super::{answers, sources};
-use super::{Acquire, Claim, Kind, Release};
-use crate::route::{millis, Lane, Notices, Route, ScriptCall};
+use super::calls::ReleaseScripts;
+use super::sources;
+use super::{Claim, Kind};
+use crate::route::{millis, ScriptCall};
 
 /// Takes a shared kind's hold for one acquisition.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::SHARED_ACQUIRE));
 /// Frees a shared kind's hold, or withdraws a waiter's place.
-static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::SHARED_RELEASE));
-/// The same, publishing by `SPUBLISH` (see [`sharded`]).
-static RELEASE_SHARDED: LazyLock<Script> =
-    LazyLock::new(|| Script::new(&sharded(sources::SHARED_RELEASE)));
+pub(super) static RELEASE: ReleaseScripts = ReleaseScripts::new(sources::SHARED_RELEASE);
 
 /// The kind as acquire.lua reads it (ARGV[3], and the count in ARGV[5]).
 fn kind_arg(kind: Kind) -> (&'static str, u32) {
@@ -32,33 +29,8 @@ fn kind_arg(kind: Kind) -> (&'static str, u32) {
     }
 }
 
-/// The release script for `notices`.
-fn release_script(notices: Notices) -> &'static Script {
-    match notices {
-        Notices::Plain => &RELEASE,
-        Notices::Sharded => &RELEASE_SHARDED,
-    }
-}
-
-/// The release of `owner`'s hold (of lease `lease`) or place, with `token`
-/// in its notice.
-fn release_call<'a>(
-    route: &impl Route,
-    key: &'a str,
-    hold: (&str, u64),
-    lease: Duration,
-) -> ScriptCall<'a> {
-    release_call_of(release_script, route, key, hold, lease)
-}
-
-/// Takes `key` for `owner` as the claim's kind, on `route` over `lane`.
-pub(crate) async fn acquire(
-    route: &impl Route,
-    lane: &Lane,
-    key: &str,
-    owner: &str,
-    claim: Claim,
-) -> Result<Acquire, RedisError> {
+/// The acquire call that takes `key` for `owner` as the claim's kind.
+pub(super) fn acquire_call<'a>(key: &'a str, owner: &str, claim: Claim) -> ScriptCall<'a> {
     let (kind, count) = kind_arg(claim.kind);
     let args = (
         owner,
@@ -68,34 +40,16 @@ pub(crate) async fn acquire(
         count,
         u8::from(claim.others_wait),
     );
-    let call = ScriptCall::new(&ACQUIRE, key, args, owner.len() + 40);
-    if route.sync().is_some() {
-        let undo = release_call(route, key, (owner, 0), claim.lease).cmd;
-        return Box::pin(acquire_synced(route, call, undo)).await;
-    }
-    answers::acquired(route.run(lane, &call).await?)
-}
-
-/// Frees `owner`'s hold of `key` (of lease `lease`), or its place in line.
-pub(crate) async fn release(
-    route: &impl Route,
-    lane: &Lane,
-    key: &str,
-    (owner, token): (&str, u64),
-    lease: Duration,
-) -> Result<Release, RedisError> {
-    run_release(
-        route,
-        lane,
-        &release_call(route, key, (owner, token), lease),
-    )
-    .await
+    ScriptCall::new(&ACQUIRE, key, args, owner.len() + 40)
 }
 
 #[cfg(test)]
 mod tests {
+    use crate::route::Notices;
+
     #[test]
     fn the_sharded_release_publishes_by_spublish() {
-        assert!(super::RELEASE_SHARDED.get_hash() != super::RELEASE.get_hash());
+        let (plain, sharded) = (Notices::Plain, Notices::Sharded);
+        assert!(super::RELEASE.of(sharded).get_hash() != super::RELEASE.of(plain).get_hash());
     }
 }

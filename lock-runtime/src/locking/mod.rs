@@ -1,35 +1,34 @@
 //! One locked call: re-enter or acquire (waiting for wake-ups), run the body
-//! while watching for loss, release. Each phase but the run has a module.
+//! while watching for loss, release. [`Locked`]'s poll hands each phase
+//! ([`phase::Phase`]) to a function of its own; the steps into a hold are
+//! in `phase.rs`, acquiring in `acquire.rs`, releasing in `release.rs`.
 
 mod acquire;
 pub(crate) mod outcome;
+mod phase;
 pub(crate) mod release;
 
 use std::future::Future;
 use std::marker::PhantomData;
 use std::mem;
+use std::ops::ControlFlow;
 use std::panic::Location;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::Duration;
 
 use pin_project_lite::pin_project;
-use tokio::time::Instant;
 use tracing::Span;
 
 use crate::client::{ClientRef, LockClient};
-use crate::error::{FoundBy, HeldBy, KindFoundBy, LockError, LossReason};
-use crate::held::{Frame, HeldLock, Loss, Term};
-use crate::kind::Kind;
-use crate::kind_check::Use;
+use crate::error::{FoundBy, LockError, LossReason};
+use crate::held::{Frame, HeldLock, Loss};
 use crate::options::LockOptions;
 use crate::ownership;
 use crate::route::Lane;
-use crate::telemetry::{self, UNLABELLED};
-use crate::turn::Take;
-use acquire::Request;
+use crate::telemetry;
 use outcome::{Joined, Outcome};
+use phase::{call_span, enter_hold, start, Phase};
 use release::{release, release_dropped, release_later, Released};
 
 /// Runs `body` under the lock `key` (a full backend key) of `client`,
@@ -180,46 +179,6 @@ pin_project! {
     }
 }
 
-/// Taking the lock: boxed, so that its state is not kept while the lock is
-/// held, and a trait object, since an `async fn`'s future type has no name.
-type Acquiring<'a> = Pin<Box<dyn Future<Output = Result<HeldLock, LockError>> + Send + 'a>>;
-
-/// Waiting for the turn on a lock held around the call, behind a call made
-/// side by side with it (see [`crate::turn`]): boxed, as only such calls
-/// need it.
-type Turning<'a> = Pin<Box<dyn Future<Output = Result<Frame, LockError>> + Send + 'a>>;
-
-/// Giving the lock back (see [`release`]).
-type Releasing<'a> = Pin<Box<dyn Future<Output = Released> + Send + 'a>>;
-
-/// Where a [`Locked`] call is.
-enum Phase<'a, T, E> {
-    /// Not polled yet: whether the lock is held around the call is known
-    /// only when it runs.
-    Start {
-        key: String,
-        options: LockOptions,
-        /// Where the call was made, for the kind check.
-        at: &'static Location<'static>,
-    },
-    Acquiring(Acquiring<'a>),
-    /// The lock is held around the call, and another call made side by
-    /// side with this one has its turn.
-    Turning(Turning<'a>),
-    /// The body runs under the lock that this call took (the frame's).
-    Holding(Frame),
-    /// The body runs under the same lock, held around this call, in its
-    /// turn (the frame's).
-    Reentered(Frame),
-    /// The body has ended with `result`; the lock is being released.
-    Releasing {
-        held: Arc<HeldLock>,
-        releasing: Releasing<'a>,
-        result: Result<T, E>,
-    },
-    Done,
-}
-
 /// What one poll of the body under the lock came to.
 enum Step<T, E> {
     /// The body returned.
@@ -243,277 +202,217 @@ where
         }
         let _entered = this.span.as_deref().map(Span::enter);
         loop {
-            match this.phase {
-                Phase::Start { .. } => {
-                    let Phase::Start { key, options, at } = mem::replace(this.phase, Phase::Done)
-                    else {
-                        unreachable!()
-                    };
-                    match start(client, key, options, at) {
-                        Ok(phase) => *this.phase = phase,
-                        Err(error) => {
-                            this.body.set(None);
-                            return Poll::Ready(O::lock(error));
-                        }
-                    }
+            let (phase, body, in_body) = (&mut *this.phase, this.body.as_mut(), &mut *this.in_body);
+            let next = match phase {
+                Phase::Start { .. } => begin::<O, T, E, F>(client, phase, body),
+                Phase::Acquiring(_) => {
+                    ready!(poll_acquiring::<O, T, E, F>(client, phase, body, cx))
                 }
-                Phase::Acquiring(acquiring) => {
-                    let taken = ready!(acquiring.as_mut().poll(cx));
-                    match taken.and_then(|held| enter_hold(client, held)) {
-                        Ok(frame) => *this.phase = Phase::Holding(frame),
-                        Err(error) => {
-                            *this.phase = Phase::Done;
-                            this.body.set(None);
-                            return Poll::Ready(O::lock(error));
-                        }
-                    }
+                Phase::Turning(_) => ready!(poll_turning::<O, T, E, F>(phase, body, cx)),
+                Phase::Reentered(_) => {
+                    ready!(poll_reentered::<O, T, E, F>(phase, body, in_body, cx))
                 }
-                Phase::Turning(turning) => match ready!(turning.as_mut().poll(cx)) {
-                    Ok(frame) => *this.phase = Phase::Reentered(frame),
-                    Err(error) => {
-                        *this.phase = Phase::Done;
-                        this.body.set(None);
-                        return Poll::Ready(O::lock(error));
-                    }
-                },
-                Phase::Reentered(frame) => {
-                    // No waker to leave: the call that took the lock runs
-                    // this one inside its body, and stops it on loss. A call
-                    // moved out of that body stops at its next poll.
-                    let step = ready!(poll_in(frame, this.body.as_mut(), this.in_body, cx));
-                    let result = match step {
-                        Step::Returned(result) => O::body(result),
-                        Step::Lost(loss) => O::lock(lost(frame.held(), loss)),
-                    };
-                    let Phase::Reentered(frame) = mem::replace(this.phase, Phase::Done) else {
-                        unreachable!()
-                    };
-                    // In the lock's scope, as in the drop.
-                    ownership::drop_within(&frame, || this.body.set(None));
-                    frame.leave();
-                    return Poll::Ready(result);
+                Phase::Holding(_) => {
+                    ready!(poll_holding::<O, T, E, F>(client, phase, body, in_body, cx))
                 }
-                Phase::Holding(frame) => {
-                    frame.held().wake_on_loss(cx.waker());
-                    let step = ready!(poll_in(frame, this.body.as_mut(), this.in_body, cx));
-                    let Phase::Holding(frame) = mem::replace(this.phase, Phase::Done) else {
-                        unreachable!()
-                    };
-                    // The hold ends with the body, for every call that
-                    // re-entered it too.
-                    frame.end();
-                    let held = frame.into_held();
-                    this.body.set(None);
-                    client.inner.registry.unregister(held.id);
-                    let result = match step {
-                        Step::Returned(result) if !held.is_lost() => result,
-                        Step::Returned(_) => {
-                            // Lost while the body ran its last poll.
-                            let loss = held.check_now().unwrap_or(Loss::TAKEN);
-                            return Poll::Ready(O::lock(on_loss(client, held, loss)));
-                        }
-                        Step::Lost(loss) => {
-                            return Poll::Ready(O::lock(on_loss(client, held, loss)));
-                        }
-                    };
-                    // Polled in the caller's task: the caller's runtime's
-                    // connection if it has one.
-                    let lane = client.inner.backend.lane();
-                    let owned = held.clone();
-                    let lent = client.lend();
-                    *this.phase = Phase::Releasing {
-                        releasing: Box::pin(async move { release(&lent, &owned, &lane).await }),
-                        held,
-                        result,
-                    };
-                }
-                Phase::Releasing { releasing, .. } => {
-                    let released = ready!(releasing.as_mut().poll(cx));
-                    let Phase::Releasing { held, result, .. } =
-                        mem::replace(this.phase, Phase::Done)
-                    else {
-                        unreachable!()
-                    };
-                    return Poll::Ready(finish::<O, T, E>(&held, result, released));
-                }
+                Phase::Releasing { .. } => ready!(poll_releasing::<O, T, E>(phase, cx)),
                 Phase::Done => panic!("a locked call was polled after it returned"),
+            };
+            if let ControlFlow::Break(output) = next {
+                return Poll::Ready(output);
             }
         }
     }
 }
 
-/// A lock just taken, as the frame its body runs in: registered with the
-/// watchdog, then checked against a shutdown. Registered first: a shutdown
-/// that closes after the check finds the lock among the registered ones,
-/// and one that closed before it is seen here, and the lock is given back.
-fn enter_hold(client: &LockClient, held: HeldLock) -> Result<Frame, LockError> {
-    let held = Arc::new(held);
-    client.inner.registry.register(held.clone());
-    if client.inner.tag.life.is_closed() {
-        client.inner.registry.unregister(held.id);
-        let key = held.key.clone();
-        release_later(client, held, Lane::Home);
-        return Err(LockError::ShutDown { key });
-    }
-    Ok(Frame::Taken(held))
-}
-
-/// The span of a call on `key` with `options`, if a subscriber records it.
-fn call_span(client: &LockClient, key: &str, options: &LockOptions) -> Option<Box<Span>> {
-    let label = options.label_name().unwrap_or(UNLABELLED);
-    let (lease, wait) = (client.inner.lease, client.inner.wait);
-    let span = telemetry::span(key, label, options.lease_or(lease), options.wait_or(wait));
-    (!span.is_disabled()).then(|| Box::new(span))
-}
-
-/// The first step of a call made `at`, when it is first polled: re-enter a
-/// lock held around it, or start taking the lock.
-fn start<'a, T, E>(
+/// The call's first poll: re-enter a lock held around it, or start taking
+/// the lock; or end with the reason it cannot.
+fn begin<'a, O, T, E, F>(
     client: &ClientRef<'a>,
-    key: String,
-    options: LockOptions,
-    at: &'static Location<'static>,
-) -> Result<Phase<'a, T, E>, LockError> {
-    let inner = &client.inner;
-    let parent = ownership::innermost();
-    let kind = match Kind::of(&options) {
-        Ok(kind) => kind,
-        Err(message) => return Err(LockError::Invalid { key, message }),
+    phase: &mut Phase<'a, T, E>,
+    body: Pin<&mut Option<F>>,
+) -> ControlFlow<O::Output>
+where
+    O: Outcome<T, E>,
+{
+    let Phase::Start { key, options, at } = mem::replace(phase, Phase::Done) else {
+        unreachable!()
     };
-    if let Some(turn_of) = ownership::held(&inner.tag, &key) {
-        let held = turn_of.held().kind;
-        return match held.reenters(kind) {
-            Ok(true) => {
-                let outer = parent.expect("a held lock is in a chain");
-                reenter(client, key, &options, turn_of, outer)
-            }
-            Ok(false) => Err(LockError::KindMismatch {
-                key,
-                asked: kind.name(),
-                found: format!("{}, held around this call", held.name()),
-                found_by: KindFoundBy::HeldAround,
-            }),
-            Err(message) => Err(LockError::Invalid { key, message }),
-        };
+    match start(client, key, options, at) {
+        Ok(next) => {
+            *phase = next;
+            ControlFlow::Continue(())
+        }
+        Err(error) => fail::<O, T, E, F>(phase, body, error),
     }
-    if inner.tag.life.is_closed() {
-        return Err(LockError::ShutDown { key });
-    }
-    if ownership::held_elsewhere(&inner.tag, &key) {
-        return Err(LockError::Invalid {
-            key,
-            message: "the body holds this lock through another client of the same Redis: \
-                      a nested call through this client would wait for the body's own hold; \
-                      make the nested call on the client that took the lock",
-        });
-    }
-    if key.len() == inner.prefix.len() {
-        return Err(LockError::Invalid {
-            key,
-            message: "the key is empty",
-        });
-    }
-    let lease = options.lease_or(inner.lease).min(LockOptions::LONGEST);
-    if lease < LockOptions::SHORTEST_LEASE {
-        return Err(LockError::Invalid {
-            key,
-            message:
-                "the lease must be at least 10 ms (shorter ones end within the clock-drift margin)",
-        });
-    }
-    let waiter_lease = options.waiter_lease_or_default().min(LockOptions::LONGEST);
-    if waiter_lease < LockOptions::SHORTEST_LEASE {
-        return Err(LockError::Invalid {
-            key,
-            message: "the waiter lease must be at least 10 ms",
-        });
-    }
-    if inner.backend.is_redlock() && matches!(kind, Kind::Permits(_) | Kind::Fair) {
-        return Err(LockError::Invalid {
-            key,
-            message: "permits and fair locks are not safe on Redlock (counts and lines kept \
-                      per node do not add up to one across a quorum); use one node, Sentinel \
-                      or Cluster for them, or a read-write lock",
-        });
-    }
-    if let Some(check) = &inner.kind_check {
-        let label = options.label_name();
-        check.note(&key, Use { kind, at, label })?;
-    }
-    let wait = options.wait_or(inner.wait).min(LockOptions::LONGEST);
-    let term = Term {
-        lease,
-        drift: lease.mul_f64(inner.drift_factor) + Duration::from_millis(2),
-        renew: options.renews(),
-        label: options.label_name().unwrap_or(UNLABELLED),
-        kind,
-        waiter_lease,
+}
+
+/// Taking the lock: once taken, the body runs under it.
+fn poll_acquiring<'a, O, T, E, F>(
+    client: &ClientRef<'a>,
+    phase: &mut Phase<'a, T, E>,
+    body: Pin<&mut Option<F>>,
+    cx: &mut Context<'_>,
+) -> Poll<ControlFlow<O::Output>>
+where
+    O: Outcome<T, E>,
+{
+    let Phase::Acquiring(acquiring) = phase else {
+        unreachable!()
     };
-    // Chosen here, in the caller's task: a connection of the caller's
-    // runtime if it has one.
-    let lane = inner.backend.lane();
-    let request = Request {
-        key,
-        parent,
-        term,
-        wait,
-        lane,
+    let taken = ready!(acquiring.as_mut().poll(cx));
+    Poll::Ready(match taken.and_then(|held| enter_hold(client, held)) {
+        Ok(frame) => {
+            *phase = Phase::Holding(frame);
+            ControlFlow::Continue(())
+        }
+        Err(error) => fail::<O, T, E, F>(phase, body, error),
+    })
+}
+
+/// Waiting for the turn on a lock held around the call: once it comes, the
+/// body runs in it.
+fn poll_turning<O, T, E, F>(
+    phase: &mut Phase<'_, T, E>,
+    body: Pin<&mut Option<F>>,
+    cx: &mut Context<'_>,
+) -> Poll<ControlFlow<O::Output>>
+where
+    O: Outcome<T, E>,
+{
+    let Phase::Turning(turning) = phase else {
+        unreachable!()
     };
+    Poll::Ready(match ready!(turning.as_mut().poll(cx)) {
+        Ok(frame) => {
+            *phase = Phase::Reentered(frame);
+            ControlFlow::Continue(())
+        }
+        Err(error) => fail::<O, T, E, F>(phase, body, error),
+    })
+}
+
+/// The call ends with `error` before its body ran: the body is dropped.
+fn fail<O, T, E, F>(
+    phase: &mut Phase<'_, T, E>,
+    mut body: Pin<&mut Option<F>>,
+    error: LockError,
+) -> ControlFlow<O::Output>
+where
+    O: Outcome<T, E>,
+{
+    *phase = Phase::Done;
+    body.set(None);
+    ControlFlow::Break(O::lock(error))
+}
+
+/// The body runs under the lock held around the call, in its turn; the
+/// call ends with it.
+fn poll_reentered<O, T, E, F>(
+    phase: &mut Phase<'_, T, E>,
+    mut body: Pin<&mut Option<F>>,
+    in_body: &mut bool,
+    cx: &mut Context<'_>,
+) -> Poll<ControlFlow<O::Output>>
+where
+    F: Future<Output = Result<T, E>>,
+    O: Outcome<T, E>,
+{
+    let Phase::Reentered(frame) = phase else {
+        unreachable!()
+    };
+    // No waker to leave: the call that took the lock runs this one inside
+    // its body, and stops it on loss. A call moved out of that body stops
+    // at its next poll.
+    let step = ready!(poll_in(frame, body.as_mut(), in_body, cx));
+    let result = match step {
+        Step::Returned(result) => O::body(result),
+        Step::Lost(loss) => O::lock(lost(frame.held(), loss)),
+    };
+    let Phase::Reentered(frame) = mem::replace(phase, Phase::Done) else {
+        unreachable!()
+    };
+    // In the lock's scope, as in the drop.
+    ownership::drop_within(&frame, || body.set(None));
+    frame.leave();
+    Poll::Ready(ControlFlow::Break(result))
+}
+
+/// The body runs under the lock this call took: when it returns, the lock
+/// is given back, unless it was lost.
+fn poll_holding<'a, O, T, E, F>(
+    client: &ClientRef<'a>,
+    phase: &mut Phase<'a, T, E>,
+    mut body: Pin<&mut Option<F>>,
+    in_body: &mut bool,
+    cx: &mut Context<'_>,
+) -> Poll<ControlFlow<O::Output>>
+where
+    F: Future<Output = Result<T, E>>,
+    O: Outcome<T, E>,
+{
+    let Phase::Holding(frame) = phase else {
+        unreachable!()
+    };
+    frame.held().wake_on_loss(cx.waker());
+    let step = ready!(poll_in(frame, body.as_mut(), in_body, cx));
+    let Phase::Holding(frame) = mem::replace(phase, Phase::Done) else {
+        unreachable!()
+    };
+    // The hold ends with the body, for every call that re-entered it too.
+    frame.end();
+    let held = frame.into_held();
+    body.set(None);
+    client.inner.registry.unregister(held.id);
+    let loss = match step {
+        Step::Returned(result) if !held.is_lost() => {
+            *phase = releasing(client, held, result);
+            return Poll::Ready(ControlFlow::Continue(()));
+        }
+        // Lost while the body ran its last poll.
+        Step::Returned(_) => held.check_now().unwrap_or(Loss::TAKEN),
+        Step::Lost(loss) => loss,
+    };
+    Poll::Ready(ControlFlow::Break(O::lock(on_loss(client, held, loss))))
+}
+
+/// The phase that gives `held` back, after its body returned `result`.
+fn releasing<'a, T, E>(
+    client: &ClientRef<'a>,
+    held: Arc<HeldLock>,
+    result: Result<T, E>,
+) -> Phase<'a, T, E> {
+    // Polled in the caller's task: the caller's runtime's connection if it
+    // has one.
+    let lane = client.inner.backend.lane();
+    let owned = held.clone();
     let lent = client.lend();
-    Ok(Phase::Acquiring(Box::pin(async move {
-        acquire::acquire(&lent, request).await
-    })))
-}
-
-/// Re-enters the lock `turn_of` holds around the call (made in the chain
-/// `outer`): at once if no other call made side by side has its turn,
-/// otherwise after that call, waiting up to the call's `wait`.
-fn reenter<'a, T, E>(
-    client: &ClientRef<'a>,
-    key: String,
-    options: &LockOptions,
-    turn_of: Frame,
-    outer: Frame,
-) -> Result<Phase<'a, T, E>, LockError> {
-    telemetry::reentered(options.label_name().unwrap_or(UNLABELLED));
-    match turn_of.turn().try_take() {
-        Take::Taken => Ok(Phase::Reentered(Frame::reentered(turn_of, outer))),
-        Take::Ended => Err(detached(key)),
-        Take::Busy => {
-            let wait = options.wait_or(client.inner.wait).min(LockOptions::LONGEST);
-            let lent = client.lend();
-            let turning = async move { wait_turn(&lent, key, turn_of, outer, wait).await };
-            Ok(Phase::Turning(Box::pin(turning)))
-        }
+    Phase::Releasing {
+        releasing: Box::pin(async move { release(&lent, &owned, &lane).await }),
+        held,
+        result,
     }
 }
 
-/// Waits up to `wait` for `turn_of`'s turn, behind the calls made side by
-/// side with this one that came first.
-async fn wait_turn(
-    client: &LockClient,
-    key: String,
-    turn_of: Frame,
-    outer: Frame,
-    wait: Duration,
-) -> Result<Frame, LockError> {
-    let start = Instant::now();
-    // On the client's runtime's timer: the caller's runtime may have none.
-    let sleep = client.inner.io.sleep_until(start + wait);
-    let taken = tokio::select! {
-        biased;
-        taken = turn_of.turn().take() => taken,
-        () = sleep => return Err(LockError::Timeout {
-            key,
-            waited: start.elapsed(),
-            held_by: HeldBy::Sibling,
-        }),
+/// Giving the lock back: the call ends with the body's result, or with the
+/// loss the release showed.
+fn poll_releasing<O, T, E>(
+    phase: &mut Phase<'_, T, E>,
+    cx: &mut Context<'_>,
+) -> Poll<ControlFlow<O::Output>>
+where
+    O: Outcome<T, E>,
+{
+    let Phase::Releasing { releasing, .. } = phase else {
+        unreachable!()
     };
-    if taken {
-        Ok(Frame::reentered(turn_of, outer))
-    } else {
-        Err(detached(key))
-    }
+    let released = ready!(releasing.as_mut().poll(cx));
+    let Phase::Releasing { held, result, .. } = mem::replace(phase, Phase::Done) else {
+        unreachable!()
+    };
+    Poll::Ready(ControlFlow::Break(finish::<O, T, E>(
+        &held, result, released,
+    )))
 }
 
 /// One poll of the body in `frame`'s scope (see [`watch`]), with `in_body`
@@ -563,16 +462,6 @@ fn lost(held: &HeldLock, loss: Loss) -> LockError {
         key: held.key.clone(),
         reason: loss.reason,
         found_by: loss.found_by,
-    }
-}
-
-/// The error of a nested call on `key` made or polled after the hold it
-/// re-entered ended.
-fn detached(key: String) -> LockError {
-    LockError::Lost {
-        key,
-        reason: Loss::DETACHED.reason,
-        found_by: Loss::DETACHED.found_by,
     }
 }
 

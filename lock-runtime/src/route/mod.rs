@@ -1,6 +1,7 @@
 //! Where a lock kind's script calls run: one Redis node, the master found
-//! through Sentinel, the slot's master on Redis Cluster, a quorum of
-//! independent masters (Redlock), or this process's memory.
+//! through Sentinel, the slot's master on Redis Cluster, or each of a
+//! quorum of independent masters (Redlock). Which of them a client has is
+//! `crate::backend`'s business.
 //!
 //! A route knows nothing of lock kinds. It answers: which connection runs a
 //! script call for a key ([`Route::run`]), how a write waits for replicas
@@ -10,20 +11,13 @@
 //! deployment, when the topology changed.
 
 pub(crate) mod cluster;
-mod cluster_check;
-mod cluster_failover;
-mod cluster_replicas;
-mod deployments;
 pub(crate) mod local;
 pub(crate) mod node;
-mod notices;
 pub(crate) mod redlock;
-mod registry;
 mod replay;
 mod replicas;
 mod script_errors;
 pub(crate) mod sentinel;
-mod slots;
 pub(crate) mod target;
 
 use std::future::Future;
@@ -34,8 +28,6 @@ use ::redis::{Cmd, FromRedisValue, RedisError, Script, ToRedisArgs, Value};
 use tokio::runtime;
 
 use crate::error::{LockError, NodeFailure};
-
-pub(crate) use deployments::{Backend, Routed};
 
 /// Why a backend could not answer.
 #[derive(Debug, thiserror::Error)]
@@ -55,7 +47,7 @@ pub(crate) enum BackendError {
 impl BackendError {
     /// The caller's error for this failure on the lock `key`, at `node`
     /// (the node that failed, without credentials: see
-    /// [`Backend::error_on_key`]).
+    /// [`Backend::error_on_key`](crate::backend::Backend::error_on_key)).
     pub(crate) fn on_key(self, key: &str, node: &str) -> LockError {
         match self {
             BackendError::Redis(source) => LockError::Backend {

@@ -275,16 +275,28 @@ pub(crate) async fn evalsha<T: FromRedisValue>(
     answer.map_err(unwrapped)
 }
 
-/// A release notice: the lock's key, the releasing client's id and the
-/// fencing token of the released hold.
-pub(crate) struct Released<'a> {
-    pub key: &'a [u8],
-    pub client: &'a [u8],
-    pub token: u64,
+/// A release notice, as the release scripts publish it on the channel
+/// named like the lock's key: `<client id>:<token>`, or for a fair line's
+/// release, `><owner id>` naming the waiter that goes next.
+pub(crate) enum Notice<'a> {
+    /// `key` was released by the client `client`: the released hold had
+    /// fencing token `token`.
+    Released {
+        key: &'a [u8],
+        client: &'a [u8],
+        token: u64,
+    },
+    /// A fair line's release of `key` names its next waiter: the
+    /// acquisition `n` of the client `client` (owner id `<client>:<n>`).
+    Next {
+        key: &'a [u8],
+        client: &'a [u8],
+        n: u64,
+    },
 }
 
 /// The release notice in `info`, if it is one.
-pub(crate) fn released(info: &PushInfo) -> Option<Released<'_>> {
+pub(crate) fn notice(info: &PushInfo) -> Option<Notice<'_>> {
     // SMessage: sharded pub/sub, on Cluster.
     if !matches!(
         info.kind,
@@ -295,16 +307,28 @@ pub(crate) fn released(info: &PushInfo) -> Option<Released<'_>> {
     let [Value::BulkString(key), Value::BulkString(payload)] = info.data.as_slice() else {
         return None;
     };
-    let split = payload.iter().rposition(|b| *b == b':')?;
-    let token = std::str::from_utf8(&payload[split + 1..])
-        .ok()?
-        .parse()
-        .ok()?;
-    Some(Released {
-        key,
-        client: &payload[..split],
-        token,
+    let (client, number) = split_id(payload)?;
+    Some(match client.strip_prefix(b">") {
+        Some(client) => Notice::Next {
+            key,
+            client,
+            n: number,
+        },
+        None => Notice::Released {
+            key,
+            client,
+            token: number,
+        },
     })
+}
+
+/// `<name>:<number>` split at its last colon: an owner id (a client id and
+/// the number of one of its acquisitions), or a release notice's client id
+/// and token.
+pub(crate) fn split_id(id: &[u8]) -> Option<(&[u8], u64)> {
+    let split = id.iter().rposition(|b| *b == b':')?;
+    let number = std::str::from_utf8(&id[split + 1..]).ok()?.parse().ok()?;
+    Some((&id[..split], number))
 }
 
 /// The channel of a subscription confirmation in `info`, if it is one.
@@ -380,5 +404,47 @@ impl Route for RedisBackend {
 
     fn client_id(&self) -> &str {
         &self.client_id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::{PushInfo, PushKind, Value};
+
+    use super::{notice, split_id, Notice};
+
+    fn message(kind: PushKind, key: &str, payload: &str) -> PushInfo {
+        let data = [key, payload].map(|s| Value::BulkString(s.as_bytes().to_vec()));
+        PushInfo {
+            kind,
+            data: data.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_release_notice_reads_as_its_client_and_token_or_the_fair_waiter_it_names() {
+        let plain = message(PushKind::Message, "k", "abc:17");
+        assert!(matches!(
+            notice(&plain),
+            Some(Notice::Released {
+                key: b"k",
+                client: b"abc",
+                token: 17
+            })
+        ));
+        let fair = message(PushKind::SMessage, "k", ">abc:3");
+        assert!(matches!(
+            notice(&fair),
+            Some(Notice::Next {
+                key: b"k",
+                client: b"abc",
+                n: 3
+            })
+        ));
+        for payload in ["abc", "abc:x", ">abc"] {
+            assert!(notice(&message(PushKind::Message, "k", payload)).is_none());
+        }
+        assert!(notice(&message(PushKind::Subscribe, "k", "abc:1")).is_none());
+        assert_eq!(split_id(b"a:b:9"), Some((&b"a:b"[..], 9)));
     }
 }

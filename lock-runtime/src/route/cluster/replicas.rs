@@ -19,10 +19,10 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ConnectionAddr, ConnectionInfo, RedisError, Script, Value};
 use tokio::runtime::Handle;
 
-use super::replicas::Replicated;
 use super::slots::{node_client, read_through, slot_of, SlotMap};
 use crate::io::polled_on;
 use crate::replica_sync::ReplicaSync;
+use crate::route::replicas::Replicated;
 
 /// The masters' synced pools and where each slot's master is.
 pub(crate) struct MasterPools {

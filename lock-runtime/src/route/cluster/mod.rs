@@ -4,7 +4,7 @@
 //!
 //! - **Notices** go out by `SPUBLISH` (sharded pub/sub: to the slot's shard
 //!   only, not to every node) and come in by `SSUBSCRIBE` on connections of
-//!   our own, one per node (see [`super::notices`]).
+//!   our own, one per node (see [`pubsub`]).
 //! - **Retries.** The cluster connection sends a command again after a
 //!   dropped connection or a redirect, a few times (`RETRIES`). Every script
 //!   is harmless when run twice for one acquisition: an acquire that meets
@@ -12,10 +12,16 @@
 //!   free and answers "not held" (then reported as such); a renewal resets
 //!   the same lease.
 //! - **Batches** are one hash slot each (a script cannot touch two slots).
-//! - **Replicas**: with `sync_replicas`, see [`super::cluster_replicas`].
+//! - **Replicas**: with `sync_replicas`, see [`replicas`].
 //! - **Failovers**: releases of the last lease are sent again to a slot's
 //!   new master, and this client's waiters on their keys try again (see
-//!   [`super::cluster_failover`]).
+//!   [`failover`]).
+
+mod check;
+mod failover;
+mod pubsub;
+mod replicas;
+mod slots;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,15 +33,15 @@ use redis::cluster_routing::Slot;
 use redis::{Cmd, ConnectionAddr, ErrorKind, FromRedisValue, PushInfo, RedisError, Value};
 use tokio::runtime::Handle;
 
-use super::cluster_failover::{follow_masters, LastMap, OnPush};
-use super::cluster_replicas::MasterPools;
 use super::node::{evalsha, RedisConfig};
-use super::notices::ShardedSubscriptions;
 use super::replay::ReplayLog;
-use super::slots::slot_of;
 use super::{Lane, Notices, Route, ScriptCall};
 use crate::io::polled_on;
 use crate::replica_sync::ReplicaSync;
+use failover::{follow_masters, LastMap, OnPush};
+use pubsub::ShardedSubscriptions;
+use replicas::MasterPools;
+use slots::slot_of;
 
 /// How many times the cluster connection sends a command again after a
 /// dropped connection, a redirect (`MOVED`, `ASK`) or `TRYAGAIN` /
@@ -96,7 +102,7 @@ impl ClusterBackend {
         };
         let commands = match connected {
             Ok(commands) => commands,
-            Err(error) => return Err(super::cluster_check::explain(urls, error).await),
+            Err(error) => return Err(check::explain(urls, error).await),
         };
         let on_push: OnPush = Arc::new(on_push);
         let push = on_push.clone();

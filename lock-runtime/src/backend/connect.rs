@@ -1,58 +1,20 @@
 //! Connecting a client's backend: one node, Redlock nodes, a master found
-//! through Sentinel, or a Redis Cluster; and the handler of the pushes
-//! (release notices, subscriptions, disconnections) its connections get.
+//! through Sentinel, or a Redis Cluster. The handler of the pushes its
+//! connections get comes from the builder (see `subscriptions.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::PushInfo;
 
+use super::Backend;
 use crate::node_name::node_name;
-use crate::presence::ClientRecord;
 use crate::route::cluster::ClusterBackend;
-use crate::route::node::{self as redis_backend, RedisBackend, RedisConfig};
+use crate::route::node::{RedisBackend, RedisConfig};
 use crate::route::redlock::{Node, RedlockBackend};
 use crate::route::sentinel::{MasterAuth, SentinelBackend};
 use crate::route::target::Expected;
-use crate::route::{Backend, BackendError};
-use crate::wakeup::Waiters;
-
-/// What the pushes of a client's connections do: wake its waiters on a
-/// release by another client, on a (re)subscription and on a
-/// disconnection, and have the connections named again after one.
-pub(crate) fn push_handler(
-    waiters: Arc<Waiters>,
-    id: Arc<str>,
-    record: Arc<ClientRecord>,
-) -> impl Fn(PushInfo) + Clone + Send + Sync + 'static {
-    move |info: PushInfo| {
-        if info.kind == redis::PushKind::Disconnection {
-            // Releases published while disconnected are lost: let every
-            // waiter try again.
-            waiters.wake_all();
-            // The new connections need their name.
-            record.again.notify_one();
-        } else if let Some(channel) = redis_backend::subscribed(&info) {
-            // Subscribed (again, after a reconnect), or a release of this
-            // client sent again after a failover, whose notice is skipped
-            // below (see `route::node::missed_release`): a release before
-            // now was not heard, so the head should try.
-            waiters.wake_release(channel, 0);
-        } else if let Some(released) = redis_backend::released(&info) {
-            if let Some(next) = released.client.strip_prefix(b">") {
-                // A fair line's release names its next waiter's owner id
-                // (`><client id>:<n>`): only that waiter's client tries.
-                if next == id.as_bytes() {
-                    waiters.wake_named(released.key, released.token);
-                }
-            } else if released.client != id.as_bytes() {
-                // This client's own releases woke its waiters already; one
-                // sent again after a failover wakes them by its route.
-                waiters.wake_release(released.key, released.token);
-            }
-        }
-    }
-}
+use crate::route::BackendError;
 
 /// Everything a connect needs, built by the client's builder.
 pub(crate) struct Connecting<F> {

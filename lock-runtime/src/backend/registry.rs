@@ -6,11 +6,12 @@ use std::collections::HashMap;
 
 use ::redis::RedisError;
 
-use super::cluster::ClusterBackend;
-use super::node::RedisBackend;
-use super::{millis, Backend, BackendError};
+use super::Backend;
 use crate::io::polled_on;
 use crate::presence::{ClientRecord, TTL};
+use crate::route::cluster::ClusterBackend;
+use crate::route::node::RedisBackend;
+use crate::route::{millis, BackendError};
 
 /// A registry entry's fields, as stored.
 type Entry = HashMap<String, String>;

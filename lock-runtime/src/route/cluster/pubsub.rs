@@ -35,8 +35,8 @@ use redis::{
 };
 use tokio::sync::{mpsc, Mutex};
 
-use super::node::RedisConfig;
 use super::slots::{node_client, slot_of, SlotMap};
+use crate::route::node::RedisConfig;
 
 /// How often a channel whose node went away is tried again, and the pause
 /// between tries; after that its waiters rely on the holder's expiry until

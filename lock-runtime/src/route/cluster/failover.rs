@@ -1,7 +1,7 @@
 //! Releases sent again after a slot's master changed on Redis Cluster.
 //!
 //! A release that reached a master in the moments before a failover may
-//! never reach the replica promoted in its place (see [`super::replay`]).
+//! never reach the replica promoted in its place (see [`crate::route::replay`]).
 //! While this client has releases within their lease, a task reads the slot
 //! map (`CLUSTER SLOTS`, through the client's cluster connection) every
 //! [`EVERY`] and compares it with the last one read; the releases of keys
@@ -15,7 +15,7 @@
 //! time, or not yet as a master) go again at the next read, though the map
 //! did not change again, up to [`TRIES`] replays in all; past that their
 //! keys stay taken until their lease ends, as without the log. Sending a
-//! release twice changes nothing (see [`super::replay`]).
+//! release twice changes nothing (see [`crate::route::replay`]).
 //!
 //! A release sent again publishes its notice on the new master, with this
 //! client's id, which this client skips (its releases woke its waiters when
@@ -32,9 +32,9 @@ use futures_util::future::join_all;
 use redis::cluster_async::ClusterConnection;
 use redis::{Pipeline, PushInfo, RedisError, RedisResult, Script, Value};
 
-use super::node::missed_release;
-use super::replay::ReplayLog;
 use super::slots::{load_on_master, read_through, slot_of, SlotMap};
+use crate::route::node::missed_release;
+use crate::route::replay::ReplayLog;
 
 /// How often the slot map is read while there are releases to send again.
 pub(crate) const EVERY: Duration = Duration::from_secs(1);

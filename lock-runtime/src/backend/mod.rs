@@ -1,17 +1,34 @@
 //! The deployments a client can have, and the one place that dispatches
-//! among them: a lock kind sees a [`Routed`]: scripts on one route (one
-//! node, the Sentinel master, Cluster), a Redlock quorum, or memory.
+//! among them: between the call layer, which names no deployment, and the
+//! lock kinds (`crate::kind`), which see a [`Routed`]: scripts on one route
+//! (one node, the Sentinel master, Cluster), a Redlock quorum, or memory.
+//!
+//! Here: the deployment enum ([`Backend`]) and its dispatch ([`Routed`],
+//! [`Scripted`]) and a lock call's operations on it (acquire, release,
+//! renew: they pick the kind's code for the deployment); the operator's
+//! (`admin.rs`: inspect, force-unlock; `registry.rs`: the client's
+//! registry entry); connecting it (`connect.rs`).
+
+pub(crate) mod admin;
+pub(crate) mod connect;
+mod registry;
+
+use std::time::Duration;
 
 use ::redis::{Cmd, FromRedisValue, RedisError, Value};
 
-use super::cluster::ClusterBackend;
-use super::node::RedisBackend;
-use super::redlock::RedlockBackend;
-use super::sentinel::SentinelBackend;
-use super::{BackendError, Lane, Notices, Route, ScriptCall};
 use crate::error::LockError;
+use crate::io::polled_on;
+use crate::kind::exclusive::renew;
 use crate::kind::memory::MemoryBackend;
+use crate::kind::{quorum, scripted};
+use crate::kind::{Acquire, Claim, Kind, Release, RenewItem, Renewal};
 use crate::replica_sync::ReplicaSync;
+use crate::route::cluster::ClusterBackend;
+use crate::route::node::RedisBackend;
+use crate::route::redlock::RedlockBackend;
+use crate::route::sentinel::SentinelBackend;
+use crate::route::{BackendError, Lane, Notices, Route, ScriptCall};
 
 /// The backends, dispatched by match: all are known to this crate.
 #[derive(Clone)]
@@ -53,9 +70,24 @@ impl Backend {
         }
     }
 
-    /// Whether the client runs on a Redlock quorum.
-    pub(crate) fn is_redlock(&self) -> bool {
-        matches!(self, Backend::Redlock(_))
+    /// The deployment's name, for the client's `Debug`.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Backend::Redis(_) => "redis",
+            Backend::Redlock(_) => "redlock",
+            Backend::Cluster(_) => "cluster",
+            Backend::Memory(_) => "memory",
+            Backend::Sentinel(_) => "sentinel",
+        }
+    }
+
+    /// Why the deployment refuses locks of `kind`, if it does: a Redlock
+    /// quorum refuses permits and fair locks (see [`quorum::refuses`]).
+    pub(crate) fn refuses(&self, kind: Kind) -> Option<&'static str> {
+        match self {
+            Backend::Redlock(_) => quorum::refuses(kind),
+            _ => None,
+        }
     }
 
     /// The connection for one call made from the current task.
@@ -101,6 +133,59 @@ impl Backend {
             _ => return error.on_key(key, place),
         };
         error.on_key(key, &node)
+    }
+}
+
+/// A lock call's operations.
+impl Backend {
+    /// Takes `key` for `owner` (one acquisition) as `claim` asks.
+    pub(crate) async fn acquire(
+        &self,
+        lane: &Lane,
+        key: &str,
+        owner: &str,
+        claim: Claim,
+    ) -> Result<Acquire, BackendError> {
+        match self.routed() {
+            Routed::Scripts(route) => Ok(scripted::acquire(&route, lane, key, owner, claim).await?),
+            Routed::Quorum(b) => polled_on(b.home(), quorum::acquire(b, key, owner, claim)).await,
+            Routed::Memory(b) => b.acquire(key, owner, claim).map_err(BackendError::Redis),
+        }
+    }
+
+    /// Frees the lock if `owner` (one acquisition of `kind`, of lease
+    /// `lease`) holds it, or withdraws its place in a line; `token` goes out
+    /// with the release notice, so that a waiter told by several nodes
+    /// wakes once.
+    pub(crate) async fn release(
+        &self,
+        lane: &Lane,
+        key: &str,
+        (owner, token): (&str, u64),
+        (kind, lease): (Kind, Duration),
+    ) -> Result<Release, BackendError> {
+        let hold = (owner, token);
+        match self.routed() {
+            Routed::Scripts(route) => {
+                Ok(scripted::release(&route, lane, key, hold, (kind, lease)).await?)
+            }
+            Routed::Quorum(b) => {
+                polled_on(b.home(), quorum::release(b, key, hold, (kind, lease))).await
+            }
+            Routed::Memory(b) => Ok(b.release(key, owner)),
+        }
+    }
+
+    /// What the renewal found, per item.
+    pub(crate) async fn renew(
+        &self,
+        items: &[RenewItem<'_>],
+    ) -> Result<Vec<Renewal>, BackendError> {
+        match self.routed() {
+            Routed::Scripts(route) => Ok(renew(&route, items).await?),
+            Routed::Quorum(b) => quorum::renew(b, items).await,
+            Routed::Memory(b) => Ok(b.renew(items)),
+        }
     }
 }
 

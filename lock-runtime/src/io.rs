@@ -61,7 +61,8 @@ impl Io {
         })
     }
 
-    /// The background runtime.
+    /// The background runtime (the embedded backend's clock).
+    #[cfg(feature = "embedded")]
     pub(crate) fn handle(&self) -> &Handle {
         &self.handle
     }

@@ -149,7 +149,8 @@ mod announce;
 mod backend;
 mod builder;
 mod client;
-mod clock;
+#[cfg(feature = "embedded")]
+mod embedded;
 mod error;
 mod fencing;
 mod force_unlock;
@@ -198,6 +199,12 @@ pub mod __private {
 
 pub use builder::LockClientBuilder;
 pub use client::LockClient;
+#[cfg(feature = "embedded")]
+#[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
+pub use embedded::EmbeddedKeyspace;
+#[cfg(feature = "embedded")]
+#[doc(hidden)]
+pub use embedded::{EmbeddedConnection, PublishedLog, StoredValue};
 pub use error::{FoundBy, HeldBy, KindCheckCalls, KindFoundBy, LockError, LossReason, NodeFailure};
 pub use fencing::{fencing_token, fencing_token_of};
 pub use global::{client, init, with_client};

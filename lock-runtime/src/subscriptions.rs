@@ -68,17 +68,6 @@ pub(crate) fn push_handler(
     }
 }
 
-/// A fair release's notice in memory: wakes the waiter it names, if it is
-/// one of this client's (owner id `<client id>:<n>`).
-pub(crate) fn named_wake(waiters: Arc<Waiters>, id: Arc<str>) -> impl Fn(&str, &str) + Send + Sync {
-    move |key, owner| {
-        let named = redis_backend::split_id(owner.as_bytes());
-        if let Some((_, n)) = named.filter(|(client, _)| *client == id.as_bytes()) {
-            waiters.wake_named(key.as_bytes(), n);
-        }
-    }
-}
-
 /// How long after a failed subscribe the task tries again, while somebody
 /// still waits on the key.
 const RETRY_AFTER: Duration = Duration::from_secs(1);

@@ -3,7 +3,7 @@
 
 use super::{Backend, Routed};
 use crate::io::polled_on;
-use crate::kind::admin::{force_node, inspect_node, LockView, NodeLock};
+use crate::kind::admin::{force_node, inspect_node, LockView};
 use crate::kind::quorum;
 use crate::route::BackendError;
 
@@ -14,11 +14,6 @@ impl Backend {
         match self.routed() {
             Routed::Scripts(route) => Ok(inspect_node(&route, key).await?),
             Routed::Quorum(b) => polled_on(b.home(), quorum::inspect(b, key)).await,
-            Routed::Memory(b) => Ok(b.peek(key).map(|(owner, ttl, token)| NodeLock {
-                fence: token,
-                owner: Some(owner),
-                ttl: Some(ttl),
-            })),
         }
     }
 
@@ -33,7 +28,6 @@ impl Backend {
         match self.routed() {
             Routed::Scripts(route) => Ok(force_node(&route, key, client_id).await?),
             Routed::Quorum(b) => polled_on(b.home(), quorum::force_unlock(b, key, client_id)).await,
-            Routed::Memory(b) => Ok(b.force_free(key)),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The deployments a client can have, and the one place that dispatches
 //! among them: between the call layer, which names no deployment, and the
 //! lock kinds (`crate::kind`), which see a [`Routed`]: scripts on one route
-//! (one node, the Sentinel master, Cluster), a Redlock quorum, or memory.
+//! (one node, the Sentinel master, Cluster, the embedded backend), or a
+//! Redlock quorum.
 //!
 //! Here: the deployment enum ([`Backend`]) and its dispatch ([`Routed`],
 //! [`Scripted`]) and a lock call's operations on it (acquire, release,
@@ -17,10 +18,11 @@ use std::time::Duration;
 
 use ::redis::{Cmd, FromRedisValue, RedisError, Value};
 
+#[cfg(feature = "embedded")]
+use crate::embedded::EmbeddedBackend;
 use crate::error::LockError;
 use crate::io::polled_on;
 use crate::kind::exclusive::renew;
-use crate::kind::memory::MemoryBackend;
 use crate::kind::{quorum, scripted};
 use crate::kind::{Acquire, Claim, Kind, Release, RenewItem, Renewal};
 use crate::replica_sync::ReplicaSync;
@@ -36,7 +38,9 @@ pub(crate) enum Backend {
     Redis(RedisBackend),
     Redlock(RedlockBackend),
     Cluster(ClusterBackend),
-    Memory(MemoryBackend),
+    /// The embedded backend: the same scripts, run in this process.
+    #[cfg(feature = "embedded")]
+    Embedded(EmbeddedBackend),
     /// A master found through Sentinel, followed across failovers.
     Sentinel(SentinelBackend),
 }
@@ -46,6 +50,8 @@ pub(crate) enum Scripted<'a> {
     Node(&'a RedisBackend),
     Sentinel(&'a SentinelBackend),
     Cluster(&'a ClusterBackend),
+    #[cfg(feature = "embedded")]
+    Embedded(&'a EmbeddedBackend),
 }
 
 /// What a lock kind runs its operations on.
@@ -54,8 +60,6 @@ pub(crate) enum Routed<'a> {
     Scripts(Scripted<'a>),
     /// The same scripts on N independent masters, decided by quorum.
     Quorum(&'a RedlockBackend),
-    /// This process's memory.
-    Memory(&'a MemoryBackend),
 }
 
 impl Backend {
@@ -66,7 +70,8 @@ impl Backend {
             Backend::Sentinel(b) => Routed::Scripts(Scripted::Sentinel(b)),
             Backend::Cluster(b) => Routed::Scripts(Scripted::Cluster(b)),
             Backend::Redlock(b) => Routed::Quorum(b),
-            Backend::Memory(b) => Routed::Memory(b),
+            #[cfg(feature = "embedded")]
+            Backend::Embedded(b) => Routed::Scripts(Scripted::Embedded(b)),
         }
     }
 
@@ -76,7 +81,8 @@ impl Backend {
             Backend::Redis(_) => "redis",
             Backend::Redlock(_) => "redlock",
             Backend::Cluster(_) => "cluster",
-            Backend::Memory(_) => "memory",
+            #[cfg(feature = "embedded")]
+            Backend::Embedded(_) => "memory",
             Backend::Sentinel(_) => "sentinel",
         }
     }
@@ -103,7 +109,6 @@ impl Backend {
         match self.routed() {
             Routed::Scripts(route) => Ok(route.subscribe(key).await?),
             Routed::Quorum(b) => b.subscribe(key).await,
-            Routed::Memory(_) => Ok(()),
         }
     }
 
@@ -112,13 +117,16 @@ impl Backend {
         match self.routed() {
             Routed::Scripts(route) => Ok(route.unsubscribe(key).await?),
             Routed::Quorum(b) => b.unsubscribe(key).await,
-            Routed::Memory(_) => Ok(()),
         }
     }
 
     /// Whether releases reach this client through pub/sub subscriptions.
     pub(crate) fn subscribes(&self) -> bool {
-        !matches!(self, Backend::Memory(_))
+        match self {
+            #[cfg(feature = "embedded")]
+            Backend::Embedded(_) => false,
+            _ => true,
+        }
     }
 
     /// The caller's error for `error`, met by a request on the lock `key`,
@@ -149,7 +157,6 @@ impl Backend {
         match self.routed() {
             Routed::Scripts(route) => Ok(scripted::acquire(&route, lane, key, owner, claim).await?),
             Routed::Quorum(b) => polled_on(b.home(), quorum::acquire(b, key, owner, claim)).await,
-            Routed::Memory(b) => b.acquire(key, owner, claim).map_err(BackendError::Redis),
         }
     }
 
@@ -172,7 +179,6 @@ impl Backend {
             Routed::Quorum(b) => {
                 polled_on(b.home(), quorum::release(b, key, hold, (kind, lease))).await
             }
-            Routed::Memory(b) => Ok(b.release(key, owner)),
         }
     }
 
@@ -184,7 +190,6 @@ impl Backend {
         match self.routed() {
             Routed::Scripts(route) => Ok(renew(&route, items).await?),
             Routed::Quorum(b) => quorum::renew(b, items).await,
-            Routed::Memory(b) => Ok(b.renew(items)),
         }
     }
 }
@@ -200,6 +205,8 @@ impl Route for Scripted<'_> {
             Scripted::Node(b) => b.run(lane, call).await,
             Scripted::Sentinel(b) => b.run(lane, call).await,
             Scripted::Cluster(b) => b.run(lane, call).await,
+            #[cfg(feature = "embedded")]
+            Scripted::Embedded(b) => b.run(lane, call).await,
         }
     }
 
@@ -208,6 +215,8 @@ impl Route for Scripted<'_> {
             Scripted::Node(b) => b.sync(),
             Scripted::Sentinel(b) => b.sync(),
             Scripted::Cluster(b) => b.sync(),
+            #[cfg(feature = "embedded")]
+            Scripted::Embedded(b) => b.sync(),
         }
     }
 
@@ -220,6 +229,8 @@ impl Route for Scripted<'_> {
             Scripted::Node(b) => b.run_synced(call, undo).await,
             Scripted::Sentinel(b) => b.run_synced(call, undo).await,
             Scripted::Cluster(b) => b.run_synced(call, undo).await,
+            #[cfg(feature = "embedded")]
+            Scripted::Embedded(b) => b.run_synced(call, undo).await,
         }
     }
 
@@ -228,6 +239,8 @@ impl Route for Scripted<'_> {
             Scripted::Node(b) => b.batches(keys),
             Scripted::Sentinel(b) => b.batches(keys),
             Scripted::Cluster(b) => b.batches(keys),
+            #[cfg(feature = "embedded")]
+            Scripted::Embedded(b) => b.batches(keys),
         }
     }
 
@@ -236,6 +249,8 @@ impl Route for Scripted<'_> {
             Scripted::Node(b) => b.notices(),
             Scripted::Sentinel(b) => b.notices(),
             Scripted::Cluster(b) => b.notices(),
+            #[cfg(feature = "embedded")]
+            Scripted::Embedded(b) => b.notices(),
         }
     }
 
@@ -244,6 +259,8 @@ impl Route for Scripted<'_> {
             Scripted::Node(b) => Route::subscribe(*b, key).await,
             Scripted::Sentinel(b) => Route::subscribe(*b, key).await,
             Scripted::Cluster(b) => Route::subscribe(*b, key).await,
+            #[cfg(feature = "embedded")]
+            Scripted::Embedded(b) => Route::subscribe(*b, key).await,
         }
     }
 
@@ -252,6 +269,8 @@ impl Route for Scripted<'_> {
             Scripted::Node(b) => Route::unsubscribe(*b, key).await,
             Scripted::Sentinel(b) => Route::unsubscribe(*b, key).await,
             Scripted::Cluster(b) => Route::unsubscribe(*b, key).await,
+            #[cfg(feature = "embedded")]
+            Scripted::Embedded(b) => Route::unsubscribe(*b, key).await,
         }
     }
 
@@ -260,6 +279,8 @@ impl Route for Scripted<'_> {
             Scripted::Node(b) => b.client_id(),
             Scripted::Sentinel(b) => b.client_id(),
             Scripted::Cluster(b) => b.client_id(),
+            #[cfg(feature = "embedded")]
+            Scripted::Embedded(b) => b.client_id(),
         }
     }
 }

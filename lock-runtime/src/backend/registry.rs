@@ -36,7 +36,8 @@ impl Backend {
                     failures: b.failures(answers),
                 })
             }
-            Backend::Memory(_) => Ok(()),
+            #[cfg(feature = "embedded")]
+            Backend::Embedded(_) => Ok(()),
         }
     }
 
@@ -50,7 +51,8 @@ impl Backend {
                 let _ = polled_on(b.home(), b.on_all(|node| retire_node(node, record))).await;
                 Ok(())
             }
-            Backend::Memory(_) => Ok(()),
+            #[cfg(feature = "embedded")]
+            Backend::Embedded(_) => Ok(()),
         }
     }
 
@@ -68,7 +70,8 @@ impl Backend {
                 let answers = polled_on(b.home(), b.on_all(|node| entry_node(node, key))).await;
                 Ok(answers.into_iter().flatten().flatten().next())
             }
-            Backend::Memory(_) => Ok(None),
+            #[cfg(feature = "embedded")]
+            Backend::Embedded(_) => Ok(None),
         }
     }
 }

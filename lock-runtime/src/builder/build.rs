@@ -9,10 +9,12 @@ use crate::announce;
 use crate::backend::connect::{Connecting, Target};
 use crate::backend::Backend;
 use crate::client::{Inner, LockClient};
-use crate::clock::Clock;
+#[cfg(feature = "embedded")]
+use crate::embedded::clock::Clock;
 use crate::error::LockError;
 use crate::io::Io;
-use crate::kind::memory::MemoryBackend;
+#[cfg(feature = "embedded")]
+use crate::embedded::{EmbeddedBackend, EmbeddedKeyspace};
 use crate::kind_check::KindCheck;
 use crate::node_name::node_name;
 use crate::owner_id::ClientTag;
@@ -138,26 +140,54 @@ impl LockClientBuilder {
         self.connect_to(Target::Cluster(urls)).await
     }
 
-    /// The embedded backend: the same semantics inside this process.
+    /// The embedded backend: every lock kind inside this process, on a
+    /// keyspace of its own, decided by the same Lua scripts the Redis
+    /// deployments send (run in an embedded Lua 5.1; see the deployments
+    /// guide). For tests and single-process programs; share a keyspace
+    /// between clients with [`in_memory_shared`](Self::in_memory_shared).
     ///
     /// # Panics
     /// If the operating system refuses to start the client's background
     /// thread.
+    #[cfg(feature = "embedded")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
     pub fn in_memory(self) -> LockClient {
         let io = self
             .io()
             .expect("lock-runtime: cannot start the client's background thread");
-        let memory = MemoryBackend::new(Clock::of(io.handle().clone()));
+        let keyspace = EmbeddedKeyspace::on_clock(Clock::of(io.handle().clone()));
+        self.on_keyspace(keyspace, io)
+    }
+
+    /// The embedded backend on `keyspace`, which other clients may share:
+    /// they contend for its locks as clients of one Redis do, and a release
+    /// by one wakes the others' waiters. The keyspace's time is the clock
+    /// of the runtime it was made on (see [`EmbeddedKeyspace::new`]).
+    ///
+    /// # Panics
+    /// If the operating system refuses to start the client's background
+    /// thread.
+    #[cfg(feature = "embedded")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
+    pub fn in_memory_shared(self, keyspace: &EmbeddedKeyspace) -> LockClient {
+        let io = self
+            .io()
+            .expect("lock-runtime: cannot start the client's background thread");
+        self.on_keyspace(keyspace.clone(), io)
+    }
+
+    #[cfg(feature = "embedded")]
+    fn on_keyspace(self, keyspace: EmbeddedKeyspace, io: Io) -> LockClient {
         let id = new_client_id();
         let waiters = Arc::new(Waiters::default());
-        memory.on_fair_release(subscriptions::named_wake(waiters.clone(), id.clone()));
-        let backend = Backend::Memory(memory);
-        let ids = (id.clone(), id.as_ref().into());
         let record = Arc::new(ClientRecord::new(
             &self.locks.prefix,
             &id,
             self.runtime.client_name.as_deref(),
         ));
+        let on_push = subscriptions::push_handler(waiters.clone(), id.clone(), record.clone());
+        let backend = Backend::Embedded(EmbeddedBackend::new(keyspace, id.clone(), on_push));
+        let ids = (id.clone(), id.as_ref().into());
         self.finish(ids, backend, waiters, io, record)
     }
 }

@@ -381,6 +381,8 @@ impl LockClient {
 
     /// The embedded backend with the default options; see
     /// [`LockClientBuilder::in_memory`].
+    #[cfg(feature = "embedded")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
     pub fn in_memory() -> LockClient {
         Self::builder().in_memory()
     }

@@ -7,7 +7,6 @@ pub(crate) mod admin;
 mod answers;
 mod calls;
 pub(crate) mod exclusive;
-pub(crate) mod memory;
 pub(crate) mod quorum;
 pub(crate) mod scripted;
 pub(crate) mod shared;

@@ -1,0 +1,469 @@
+//! The embedded backend's keyspace: strings and hashes with expiries, and
+//! the Redis commands the lock kinds' scripts call (GET, SET with `PX`,
+//! `EX`, `NX`, `XX` and `KEEPTTL`, DEL, TYPE, PTTL, PEXPIRE, HGET, HSET,
+//! HDEL, HGETALL, TIME, PUBLISH, SPUBLISH), answered as Redis answers them,
+//! errors and `WRONGTYPE` included. A few more serve the test door (see
+//! `door.rs`): EXISTS, DBSIZE, KEYS, FLUSHALL, PING, INFO commandstats,
+//! CONFIG RESETSTAT.
+//!
+//! Time is the caller's: each command runs at the `now` it is given (one
+//! reading for a whole script, as Redis does). A key past its expiry is
+//! gone for every command; keys nobody reads again are dropped by
+//! [`Keyspace::expire_due`], which each call runs first.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+
+use redis::Value;
+
+/// A command's answer: a reply, or an error reply's text (`CODE message`).
+pub(super) type Reply = Result<Value, String>;
+
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
+const SYNTAX: &str = "ERR syntax error";
+
+/// What a key holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Data {
+    Str(Vec<u8>),
+    /// Fields in insertion order, as a small Redis hash keeps them.
+    Hash(Vec<(Vec<u8>, Vec<u8>)>),
+}
+
+#[derive(Debug)]
+struct Entry {
+    data: Data,
+    /// Milliseconds on the keyspace's clock; `None`: no expiry.
+    expires: Option<u64>,
+}
+
+/// A message a script published: channel, message, sharded or not.
+pub(super) type Published = (Vec<u8>, Vec<u8>, bool);
+
+/// Keys and what they hold, at the time of the command that runs.
+#[derive(Default)]
+pub(super) struct Keyspace {
+    entries: HashMap<Vec<u8>, Entry>,
+    /// Every expiry set, earliest first (stale ones are skipped).
+    expiries: BinaryHeap<Reverse<(u64, Vec<u8>)>>,
+    /// The time of the command that runs, in microseconds.
+    now_us: u64,
+    /// Messages published since the caller last took them.
+    pub published: Vec<Published>,
+    /// Calls per command (lowercase), as `INFO commandstats` counts them.
+    pub calls: BTreeMap<String, u64>,
+}
+
+/// An argument as an integer, as Redis parses one.
+fn integer(arg: &[u8]) -> Result<i64, String> {
+    std::str::from_utf8(arg)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| NOT_INTEGER.to_owned())
+}
+
+fn arity(name: &str) -> String {
+    format!("ERR wrong number of arguments for '{name}' command")
+}
+
+fn bulk(bytes: &[u8]) -> Value {
+    Value::BulkString(bytes.to_vec())
+}
+
+impl Keyspace {
+    /// Sets the time of the commands that follow.
+    pub(super) fn set_now(&mut self, now_us: u64) {
+        self.now_us = now_us;
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.now_us / 1000
+    }
+
+    /// Drops the keys whose expiry has passed.
+    pub(super) fn expire_due(&mut self) {
+        let now = self.now_ms();
+        // Bounded: each round pops one entry.
+        while let Some(Reverse((at, _))) = self.expiries.peek() {
+            if *at > now {
+                break;
+            }
+            let Some(Reverse((at, key))) = self.expiries.pop() else {
+                break;
+            };
+            if self.entries.get(&key).and_then(|e| e.expires) == Some(at) {
+                self.entries.remove(&key);
+            }
+        }
+    }
+
+    /// The live entry of `key`, dropping it if it has expired.
+    fn live(&mut self, key: &[u8]) -> Option<&mut Entry> {
+        let now = self.now_ms();
+        if self
+            .entries
+            .get(key)
+            .is_some_and(|e| e.expires.is_some_and(|at| at <= now))
+        {
+            self.entries.remove(key);
+        }
+        self.entries.get_mut(key)
+    }
+
+    fn set_expiry(&mut self, key: &[u8], at: Option<u64>) {
+        if let Some(entry) = self.entries.get_mut(key) {
+            entry.expires = at;
+            if let Some(at) = at {
+                self.expiries.push(Reverse((at, key.to_vec())));
+            }
+        }
+    }
+
+    /// Runs one command (`args[0]` is its name), counting it.
+    pub(super) fn command(&mut self, args: &[&[u8]]) -> Reply {
+        let Some(name) = args.first() else {
+            return Err("ERR empty command".into());
+        };
+        let name = String::from_utf8_lossy(name).to_ascii_lowercase();
+        *self.calls.entry(name.clone()).or_default() += 1;
+        let rest = &args[1..];
+        match name.as_str() {
+            "get" | "type" | "pttl" | "hgetall" => self.read(&name, rest),
+            "set" => self.set(rest),
+            "del" => self.del(rest),
+            "pexpire" => self.pexpire(rest),
+            "hget" | "hset" | "hdel" => self.hash(&name, rest),
+            "time" => Ok(self.time()),
+            "publish" | "spublish" => match rest {
+                [channel, message] => {
+                    let sharded = name == "spublish";
+                    self.published
+                        .push((channel.to_vec(), message.to_vec(), sharded));
+                    Ok(Value::Int(0))
+                }
+                _ => Err(arity(&name)),
+            },
+            _ => self.admin(&name, rest),
+        }
+    }
+
+    /// GET, TYPE, PTTL and HGETALL.
+    fn read(&mut self, name: &str, rest: &[&[u8]]) -> Reply {
+        let [key] = rest else {
+            return Err(arity(name));
+        };
+        let now = self.now_ms();
+        let entry = self.live(key);
+        match (name, entry) {
+            ("get", None) => Ok(Value::Nil),
+            ("get", Some(Entry { data: Data::Str(v), .. })) => Ok(bulk(v)),
+            ("type", None) => Ok(Value::SimpleString("none".into())),
+            ("type", Some(Entry { data: Data::Str(_), .. })) => {
+                Ok(Value::SimpleString("string".into()))
+            }
+            ("type", Some(_)) => Ok(Value::SimpleString("hash".into())),
+            ("pttl", None) => Ok(Value::Int(-2)),
+            ("pttl", Some(e)) => Ok(Value::Int(
+                e.expires
+                    .map_or(-1, |at| i64::try_from(at.saturating_sub(now)).unwrap_or(i64::MAX)),
+            )),
+            ("hgetall", None) => Ok(Value::Array(Vec::new())),
+            ("hgetall", Some(Entry { data: Data::Hash(fields), .. })) => Ok(Value::Array(
+                fields
+                    .iter()
+                    .flat_map(|(f, v)| [bulk(f), bulk(v)])
+                    .collect(),
+            )),
+            _ => Err(WRONGTYPE.into()),
+        }
+    }
+
+    /// SET key value [NX | XX] [PX ms | EX s | KEEPTTL].
+    fn set(&mut self, rest: &[&[u8]]) -> Reply {
+        let [key, value, options @ ..] = rest else {
+            return Err(arity("set"));
+        };
+        let (mut ttl_ms, mut keep, mut nx, mut xx) = (None, false, false, false);
+        let mut i = 0;
+        while i < options.len() {
+            let option = options[i].to_ascii_lowercase();
+            match option.as_slice() {
+                b"nx" if !xx => nx = true,
+                b"xx" if !nx => xx = true,
+                b"keepttl" if ttl_ms.is_none() => keep = true,
+                b"px" | b"ex" if !keep && ttl_ms.is_none() && i + 1 < options.len() => {
+                    let n = integer(options[i + 1])?;
+                    if n <= 0 {
+                        return Err("ERR invalid expire time in 'set' command".into());
+                    }
+                    let scale = if option == b"ex" { 1000 } else { 1 };
+                    ttl_ms = Some(u64::try_from(n).unwrap_or(u64::MAX).saturating_mul(scale));
+                    i += 1;
+                }
+                _ => return Err(SYNTAX.into()),
+            }
+            i += 1;
+        }
+        let now = self.now_ms();
+        let kept = self.live(key).map(|e| e.expires);
+        if (nx && kept.is_some()) || (xx && kept.is_none()) {
+            return Ok(Value::Nil);
+        }
+        let expires = match ttl_ms {
+            Some(ms) => Some(now.saturating_add(ms)),
+            None if keep => kept.flatten(),
+            None => None,
+        };
+        let entry = Entry {
+            data: Data::Str(value.to_vec()),
+            expires: None,
+        };
+        self.entries.insert(key.to_vec(), entry);
+        self.set_expiry(key, expires);
+        Ok(Value::Okay)
+    }
+
+    fn del(&mut self, rest: &[&[u8]]) -> Reply {
+        if rest.is_empty() {
+            return Err(arity("del"));
+        }
+        let mut n = 0;
+        for key in rest {
+            if self.live(key).is_some() {
+                self.entries.remove(*key);
+                n += 1;
+            }
+        }
+        Ok(Value::Int(n))
+    }
+
+    /// PEXPIRE key ms: 0 when the key is absent; a time not in the future
+    /// deletes it.
+    fn pexpire(&mut self, rest: &[&[u8]]) -> Reply {
+        let [key, ms] = rest else {
+            return Err(arity("pexpire"));
+        };
+        let ms = integer(ms)?;
+        if self.live(key).is_none() {
+            return Ok(Value::Int(0));
+        }
+        if ms <= 0 {
+            self.entries.remove(*key);
+        } else {
+            let at = self
+                .now_ms()
+                .saturating_add(u64::try_from(ms).unwrap_or(u64::MAX));
+            self.set_expiry(key, Some(at));
+        }
+        Ok(Value::Int(1))
+    }
+
+    /// HGET, HSET (several pairs) and HDEL (several fields; an emptied hash
+    /// is deleted).
+    fn hash(&mut self, name: &str, rest: &[&[u8]]) -> Reply {
+        let (key, fields) = match (name, rest) {
+            ("hget", [key, field]) => (key, std::slice::from_ref(field)),
+            ("hset", [key, pairs @ ..]) if !pairs.is_empty() && pairs.len() % 2 == 0 => {
+                (key, pairs)
+            }
+            ("hdel", [key, fields @ ..]) if !fields.is_empty() => (key, fields),
+            _ => return Err(arity(name)),
+        };
+        let entry = match self.live(key) {
+            Some(Entry {
+                data: Data::Hash(_),
+                ..
+            }) => self.entries.get_mut(*key),
+            Some(_) => return Err(WRONGTYPE.into()),
+            None if name == "hset" => {
+                let data = Data::Hash(Vec::new());
+                self.entries.insert(key.to_vec(), Entry { data, expires: None });
+                self.entries.get_mut(*key)
+            }
+            None if name == "hget" => return Ok(Value::Nil),
+            None => return Ok(Value::Int(0)),
+        };
+        let Some(Entry {
+            data: Data::Hash(hash),
+            ..
+        }) = entry
+        else {
+            return Err(WRONGTYPE.into());
+        };
+        let find = |hash: &Vec<(Vec<u8>, Vec<u8>)>, f: &[u8]| hash.iter().position(|(k, _)| k == f);
+        match name {
+            "hget" => Ok(find(hash, fields[0]).map_or(Value::Nil, |i| bulk(&hash[i].1))),
+            "hset" => {
+                let mut added = 0;
+                for pair in fields.chunks(2) {
+                    match find(hash, pair[0]) {
+                        Some(i) => hash[i].1 = pair[1].to_vec(),
+                        None => {
+                            hash.push((pair[0].to_vec(), pair[1].to_vec()));
+                            added += 1;
+                        }
+                    }
+                }
+                Ok(Value::Int(added))
+            }
+            _ => {
+                let mut removed = 0;
+                for field in fields {
+                    if let Some(i) = find(hash, field) {
+                        hash.remove(i);
+                        removed += 1;
+                    }
+                }
+                if hash.is_empty() {
+                    self.entries.remove(*key);
+                }
+                Ok(Value::Int(removed))
+            }
+        }
+    }
+
+    /// TIME: seconds and microseconds, as two strings.
+    fn time(&self) -> Value {
+        let (s, us) = (self.now_us / 1_000_000, self.now_us % 1_000_000);
+        Value::Array(vec![
+            bulk(s.to_string().as_bytes()),
+            bulk(us.to_string().as_bytes()),
+        ])
+    }
+
+    /// What only the test door sends (see `door.rs`).
+    fn admin(&mut self, name: &str, rest: &[&[u8]]) -> Reply {
+        match (name, rest) {
+            ("ping", []) => Ok(Value::SimpleString("PONG".into())),
+            ("exists", keys) if !keys.is_empty() => {
+                let n = keys.iter().filter(|k| self.live(k).is_some()).count();
+                Ok(Value::Int(n as i64))
+            }
+            ("dbsize", []) => {
+                self.expire_all();
+                Ok(Value::Int(self.entries.len() as i64))
+            }
+            ("keys", [b"*"]) => {
+                self.expire_all();
+                Ok(Value::Array(self.entries.keys().map(|k| bulk(k)).collect()))
+            }
+            ("flushall" | "flushdb", []) => {
+                self.entries.clear();
+                self.expiries.clear();
+                Ok(Value::Okay)
+            }
+            ("info", [section]) if section.eq_ignore_ascii_case(b"commandstats") => {
+                Ok(Value::VerbatimString {
+                    format: redis::VerbatimFormat::Text,
+                    text: self.commandstats(),
+                })
+            }
+            ("config", [sub]) if sub.eq_ignore_ascii_case(b"resetstat") => {
+                self.calls.clear();
+                Ok(Value::Okay)
+            }
+            _ => Err(format!(
+                "ERR unknown command '{name}' (the embedded backend answers the commands \
+                 the lock scripts call)"
+            )),
+        }
+    }
+
+    /// `INFO commandstats` as Redis writes it (the times are not kept).
+    fn commandstats(&self) -> String {
+        let mut text = String::from("# Commandstats\r\n");
+        for (name, calls) in &self.calls {
+            text.push_str(&format!(
+                "cmdstat_{name}:calls={calls},usec=0,usec_per_call=0.00,rejected_calls=0,failed_calls=0\r\n"
+            ));
+        }
+        text
+    }
+
+    /// Drops every expired key now.
+    fn expire_all(&mut self) {
+        let now = self.now_ms();
+        self.entries
+            .retain(|_, e| e.expires.is_none_or(|at| at > now));
+    }
+
+    /// Every live key with what it holds and its expiry (ms on this clock),
+    /// for the test door's comparisons.
+    pub(super) fn dump(&mut self) -> BTreeMap<Vec<u8>, (Data, Option<u64>)> {
+        self.expire_all();
+        self.entries
+            .iter()
+            .map(|(k, e)| (k.clone(), (e.data.clone(), e.expires)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use redis::Value;
+
+    use super::Keyspace;
+
+    fn run(ks: &mut Keyspace, line: &str) -> super::Reply {
+        let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
+        ks.command(&args)
+    }
+
+    #[test]
+    fn strings_expire_and_answer_as_redis() {
+        let mut ks = Keyspace::default();
+        ks.set_now(1_000_000_000);
+        assert_eq!(run(&mut ks, "SET k v PX 100"), Ok(Value::Okay));
+        assert_eq!(run(&mut ks, "PTTL k"), Ok(Value::Int(100)));
+        assert_eq!(run(&mut ks, "SET k w KEEPTTL"), Ok(Value::Okay));
+        assert_eq!(run(&mut ks, "PTTL k"), Ok(Value::Int(100)));
+        assert_eq!(run(&mut ks, "SET k w"), Ok(Value::Okay));
+        assert_eq!(run(&mut ks, "PTTL k"), Ok(Value::Int(-1)));
+        assert_eq!(run(&mut ks, "PEXPIRE k 50"), Ok(Value::Int(1)));
+        ks.set_now(1_050_000_000);
+        assert_eq!(run(&mut ks, "GET k"), Ok(Value::Nil));
+        assert_eq!(run(&mut ks, "PTTL k"), Ok(Value::Int(-2)));
+        assert_eq!(run(&mut ks, "PEXPIRE k 50"), Ok(Value::Int(0)));
+        assert_eq!(run(&mut ks, "SET k v PX 0").unwrap_err(), "ERR invalid expire time in 'set' command");
+        assert_eq!(run(&mut ks, "SET k v PX x").unwrap_err(), super::NOT_INTEGER);
+        assert_eq!(run(&mut ks, "SET k v PX").unwrap_err(), super::SYNTAX);
+        run(&mut ks, "SET k v").unwrap();
+        assert_eq!(run(&mut ks, "PEXPIRE k 0"), Ok(Value::Int(1)));
+        assert_eq!(run(&mut ks, "TYPE k"), Ok(Value::SimpleString("none".into())));
+    }
+
+    #[test]
+    fn hashes_keep_their_order_and_vanish_when_emptied() {
+        let mut ks = Keyspace::default();
+        assert_eq!(run(&mut ks, "HSET h a 1 b 2"), Ok(Value::Int(2)));
+        assert_eq!(run(&mut ks, "HSET h a 3 c 4"), Ok(Value::Int(1)));
+        let all = run(&mut ks, "HGETALL h").unwrap();
+        let expected: Vec<Value> = ["a", "3", "b", "2", "c", "4"]
+            .iter()
+            .map(|s| Value::BulkString(s.as_bytes().to_vec()))
+            .collect();
+        assert_eq!(all, Value::Array(expected));
+        assert_eq!(run(&mut ks, "GET h").unwrap_err(), super::WRONGTYPE);
+        assert_eq!(run(&mut ks, "TYPE h"), Ok(Value::SimpleString("hash".into())));
+        assert_eq!(run(&mut ks, "HDEL h a b x"), Ok(Value::Int(2)));
+        assert_eq!(run(&mut ks, "HDEL h c"), Ok(Value::Int(1)));
+        assert_eq!(run(&mut ks, "EXISTS h"), Ok(Value::Int(0)));
+        run(&mut ks, "SET s v").unwrap();
+        assert_eq!(run(&mut ks, "HGET s a").unwrap_err(), super::WRONGTYPE);
+        assert_eq!(run(&mut ks, "HSET s a").unwrap_err(), super::arity("hset"));
+    }
+
+    #[test]
+    fn expired_keys_nobody_reads_are_dropped() {
+        let mut ks = Keyspace::default();
+        for i in 0..100 {
+            run(&mut ks, &format!("SET k{i} v PX 10")).unwrap();
+        }
+        run(&mut ks, "SET kept v PX 1000").unwrap();
+        run(&mut ks, "PEXPIRE k0 2000").unwrap();
+        ks.set_now(20_000);
+        ks.expire_due();
+        assert_eq!(ks.entries.len(), 2);
+    }
+}

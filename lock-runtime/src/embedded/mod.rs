@@ -1,0 +1,323 @@
+//! The embedded backend: the very Lua scripts the Redis deployments send,
+//! run in an embedded Lua 5.1 (`lua.rs`) on an in-memory keyspace that
+//! answers the commands they call as Redis does (`keyspace.rs`).
+//!
+//! It is a route like the others: a script call reaches it as an `EVALSHA`
+//! (an unknown SHA-1 answers `NOSCRIPT`, and the route loads the script's
+//! text with `SCRIPT LOAD`, as on Redis), so a lock kind's code runs on it
+//! unchanged. What it does that Redis does not: its time is an epoch taken
+//! at creation plus the elapsed time of the creating runtime's clock
+//! (tokio's, so paused test time drives its leases), read once per command;
+//! a message a script publishes goes, once the script has run, to every
+//! client on the keyspace, through the same handler that reads pushes from
+//! Redis (so a client skips its own plain notices, and a fair release wakes
+//! the waiter it names); it answers inside the caller's poll.
+
+pub(crate) mod clock;
+mod door;
+mod keyspace;
+mod lua;
+
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::{Cmd, FromRedisValue, PushInfo, PushKind, RedisError, RedisFuture, Value};
+use tokio::time::Instant;
+
+pub use door::{EmbeddedConnection, PublishedLog, StoredValue};
+
+use self::keyspace::Published;
+use self::lua::Engine;
+use self::clock::Clock;
+use crate::replica_sync::ReplicaSync;
+use crate::route::node::evalsha;
+use crate::route::{Lane, Notices, Route, ScriptCall};
+
+/// What a client on an embedded keyspace is told of each message published
+/// there (see [`crate::connect::push_handler`]).
+type Listener = dyn Fn(PushInfo) + Send + Sync;
+
+/// An in-memory keyspace that runs the lock scripts: the embedded backend's
+/// store. [`LockClient::in_memory`](crate::LockClient::in_memory) makes one
+/// of its own; several clients can share one
+/// ([`LockClientBuilder::in_memory_shared`](crate::LockClientBuilder::in_memory_shared)),
+/// as several processes share a Redis, so that they contend for its locks
+/// and wake each other's waiters. Cloning it gives another handle to the
+/// same keyspace.
+#[derive(Clone)]
+pub struct EmbeddedKeyspace {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Mutex<Engine>,
+    clock: Clock,
+    /// The keyspace's time at creation, in microseconds since the epoch.
+    epoch_us: u64,
+    /// The clock's reading at creation.
+    base: Instant,
+    /// What the test door moved the time by, in microseconds.
+    offset_us: std::sync::atomic::AtomicI64,
+    listeners: Mutex<Vec<Weak<Listener>>>,
+}
+
+impl std::fmt::Debug for EmbeddedKeyspace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddedKeyspace").finish_non_exhaustive()
+    }
+}
+
+impl Default for EmbeddedKeyspace {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl EmbeddedKeyspace {
+    /// An empty keyspace, on the clock of the current tokio runtime (the
+    /// system's when there is none): a runtime with paused time
+    /// (`#[tokio::test(start_paused = true)]`) drives its leases.
+    ///
+    /// # Panics
+    /// If Lua cannot allocate its state (out of memory).
+    pub fn new() -> Self {
+        Self::on_clock(Clock::current())
+    }
+
+    /// An empty keyspace on `clock`.
+    pub(crate) fn on_clock(clock: Clock) -> Self {
+        let engine = Engine::new().expect("lock-runtime: cannot create the embedded Lua state");
+        let epoch_us = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        let base = clock.now();
+        EmbeddedKeyspace {
+            inner: Arc::new(Inner {
+                engine: Mutex::new(engine),
+                clock,
+                epoch_us,
+                base,
+                offset_us: Default::default(),
+                listeners: Mutex::default(),
+            }),
+        }
+    }
+
+    /// The keyspace's time now, in microseconds since the epoch.
+    fn now_us(&self) -> u64 {
+        let elapsed = self.inner.clock.now().saturating_duration_since(self.inner.base);
+        let elapsed = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
+        let offset = self.inner.offset_us.load(std::sync::atomic::Ordering::Relaxed);
+        self.inner
+            .epoch_us
+            .saturating_add(elapsed)
+            .saturating_add_signed(offset)
+    }
+
+    /// Runs one command (a script call included) at the time now, then
+    /// hands what it published to the listeners.
+    fn execute(&self, args: &[&[u8]]) -> Value {
+        let now = self.now_us();
+        let (reply, published) = {
+            let mut engine = self.inner.engine.lock().unwrap_or_else(PoisonError::into_inner);
+            {
+                let mut keyspace = engine.keyspace();
+                keyspace.set_now(now);
+                keyspace.expire_due();
+            }
+            let reply = script_command(&mut engine, args);
+            let published = std::mem::take(&mut engine.keyspace().published);
+            (reply, published)
+        };
+        if !published.is_empty() {
+            self.deliver(published);
+        }
+        reply.unwrap_or_else(|error| lua::server_error(&error))
+    }
+
+    /// Runs a command built as for Redis.
+    fn execute_cmd(&self, cmd: &Cmd) -> Value {
+        let args: Vec<&[u8]> = cmd
+            .args_iter()
+            .filter_map(|arg| match arg {
+                redis::Arg::Simple(bytes) => Some(bytes),
+                _ => None,
+            })
+            .collect();
+        self.execute(&args)
+    }
+
+    /// Tells every client on the keyspace what was published.
+    fn deliver(&self, published: Vec<Published>) {
+        let listeners: Vec<Arc<Listener>> = {
+            let mut list = self.inner.listeners.lock().unwrap_or_else(PoisonError::into_inner);
+            list.retain(|l| l.strong_count() > 0);
+            list.iter().filter_map(Weak::upgrade).collect()
+        };
+        for (channel, message, sharded) in published {
+            let kind = if sharded { PushKind::SMessage } else { PushKind::Message };
+            for listener in &listeners {
+                listener(PushInfo {
+                    kind: kind.clone(),
+                    data: vec![
+                        Value::BulkString(channel.clone()),
+                        Value::BulkString(message.clone()),
+                    ],
+                });
+            }
+        }
+    }
+
+    /// Adds a listener, told of every message published from now on for as
+    /// long as it lives.
+    fn listen(&self, listener: &Arc<Listener>) {
+        self.inner
+            .listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Arc::downgrade(listener));
+    }
+}
+
+/// EVALSHA, EVAL, SCRIPT LOAD / EXISTS / FLUSH, or a keyspace command.
+fn script_command(engine: &mut Engine, args: &[&[u8]]) -> keyspace::Reply {
+    let name = args.first().map(|n| n.to_ascii_lowercase()).unwrap_or_default();
+    let rest = args.get(1..).unwrap_or_default();
+    match name.as_slice() {
+        b"evalsha" | b"eval" | b"script" => {
+            let name = String::from_utf8_lossy(&name).into_owned();
+            *engine.keyspace().calls.entry(name).or_default() += 1;
+        }
+        _ => return engine.keyspace().command(args),
+    }
+    match (name.as_slice(), rest) {
+        (b"evalsha", _) => engine.evalsha(rest),
+        (b"eval", [source, tail @ ..]) => {
+            let sha = match engine.load(source)? {
+                Value::BulkString(sha) => sha,
+                _ => return Err("ERR the script did not load".into()),
+            };
+            let mut call: Vec<&[u8]> = vec![&sha];
+            call.extend_from_slice(tail);
+            engine.evalsha(&call)
+        }
+        (b"script", [sub, source]) if sub.eq_ignore_ascii_case(b"load") => engine.load(source),
+        (b"script", [sub, shas @ ..]) if sub.eq_ignore_ascii_case(b"exists") => Ok(Value::Array(
+            shas.iter()
+                .map(|sha| Value::Int(i64::from(engine.exists(sha))))
+                .collect(),
+        )),
+        _ => Err("ERR unknown subcommand or wrong number of arguments".into()),
+    }
+}
+
+/// The embedded backend as one client's route.
+#[derive(Clone)]
+pub(crate) struct EmbeddedBackend {
+    keyspace: EmbeddedKeyspace,
+    client_id: Arc<str>,
+    /// This client's listener, kept alive as long as the client.
+    _listener: Arc<Listener>,
+}
+
+impl EmbeddedBackend {
+    /// A client `client_id` on `keyspace`; `on_push` reads what scripts
+    /// publish there, as the client's push handler reads Redis's pushes.
+    pub(crate) fn new(
+        keyspace: EmbeddedKeyspace,
+        client_id: Arc<str>,
+        on_push: impl Fn(PushInfo) + Send + Sync + 'static,
+    ) -> Self {
+        let listener: Arc<Listener> = Arc::new(on_push);
+        keyspace.listen(&listener);
+        EmbeddedBackend {
+            keyspace,
+            client_id,
+            _listener: listener,
+        }
+    }
+}
+
+/// A connection of the embedded backend, as the route's `EVALSHA` path
+/// (`route::node::evalsha`) uses one.
+struct Local<'a>(&'a EmbeddedKeyspace);
+
+impl redis::aio::ConnectionLike for Local<'_> {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        let reply = self.0.execute_cmd(cmd);
+        Box::pin(std::future::ready(Ok(reply)))
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        _pipeline: &'a redis::Pipeline,
+        _offset: usize,
+        _count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(std::future::ready(Err(RedisError::from((
+            redis::ErrorKind::Client,
+            "the embedded backend takes no pipelines",
+        )))))
+    }
+
+    fn get_db(&self) -> i64 {
+        0
+    }
+}
+
+impl Route for EmbeddedBackend {
+    async fn run<T: FromRedisValue + Send>(
+        &self,
+        _lane: &Lane,
+        call: &ScriptCall<'_>,
+    ) -> Result<T, RedisError> {
+        evalsha(call.script, &call.cmd, &mut Local(&self.keyspace)).await
+    }
+
+    fn sync(&self) -> Option<ReplicaSync> {
+        None
+    }
+
+    async fn run_synced(
+        &self,
+        call: ScriptCall<'_>,
+        _undo: Option<Cmd>,
+    ) -> Result<(Value, usize), RedisError> {
+        let answer = evalsha(call.script, &call.cmd, &mut Local(&self.keyspace)).await?;
+        Ok((answer, 0))
+    }
+
+    fn batches(&self, keys: &[&str]) -> Vec<Vec<usize>> {
+        vec![(0..keys.len()).collect()]
+    }
+
+    fn notices(&self) -> Notices {
+        Notices::Plain
+    }
+
+    async fn subscribe(&self, _key: &str) -> Result<(), RedisError> {
+        Ok(())
+    }
+
+    async fn unsubscribe(&self, _key: &str) -> Result<(), RedisError> {
+        Ok(())
+    }
+
+    fn client_id(&self) -> &str {
+        &self.client_id
+    }
+}
+
+impl EmbeddedKeyspace {
+    /// Moves the keyspace's time by `by` (the test door's).
+    fn shift(&self, by_us: i64) {
+        self.inner
+            .offset_us
+            .fetch_add(by_us, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Microseconds of `d`, saturating.
+fn micros(d: Duration) -> i64 {
+    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
+}

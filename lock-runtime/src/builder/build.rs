@@ -11,10 +11,10 @@ use crate::backend::Backend;
 use crate::client::{Inner, LockClient};
 #[cfg(feature = "embedded")]
 use crate::embedded::clock::Clock;
-use crate::error::LockError;
-use crate::io::Io;
 #[cfg(feature = "embedded")]
 use crate::embedded::{EmbeddedBackend, EmbeddedKeyspace};
+use crate::error::LockError;
+use crate::io::Io;
 use crate::kind_check::KindCheck;
 use crate::node_name::node_name;
 use crate::owner_id::ClientTag;

@@ -13,6 +13,9 @@ use redis::{Cmd, PushInfo, RedisError, RedisFuture, RedisResult, Value};
 use super::keyspace::Data;
 use super::{micros, EmbeddedKeyspace, Listener};
 
+/// A published message: its channel and its text.
+type Message = (Vec<u8>, Vec<u8>);
+
 /// What a key of the embedded keyspace holds.
 #[doc(hidden)]
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +39,7 @@ pub struct EmbeddedConnection {
 /// as `(channel, message)`.
 #[doc(hidden)]
 pub struct PublishedLog {
-    messages: Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>>,
+    messages: Arc<Mutex<Vec<Message>>>,
     _listener: Arc<Listener>,
 }
 
@@ -65,8 +68,8 @@ impl EmbeddedKeyspace {
     /// epoch); it runs on from there.
     pub fn set_time_us(&self, unix_us: u64) {
         let now = self.now_us();
-        let by = i64::try_from(unix_us).unwrap_or(i64::MAX)
-            - i64::try_from(now).unwrap_or(i64::MAX);
+        let by =
+            i64::try_from(unix_us).unwrap_or(i64::MAX) - i64::try_from(now).unwrap_or(i64::MAX);
         self.shift(by);
     }
 
@@ -77,11 +80,10 @@ impl EmbeddedKeyspace {
 
     /// A log of what scripts publish from now on.
     pub fn published_log(&self) -> PublishedLog {
-        let messages: Arc<Mutex<Vec<(Vec<u8>, Vec<u8>)>>> = Arc::default();
+        let messages: Arc<Mutex<Vec<Message>>> = Arc::default();
         let log = messages.clone();
         let listener: Arc<Listener> = Arc::new(move |info: PushInfo| {
-            if let [Value::BulkString(channel), Value::BulkString(message)] = info.data.as_slice()
-            {
+            if let [Value::BulkString(channel), Value::BulkString(message)] = info.data.as_slice() {
                 log.lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .push((channel.clone(), message.clone()));

@@ -157,19 +157,32 @@ impl Keyspace {
         let entry = self.live(key);
         match (name, entry) {
             ("get", None) => Ok(Value::Nil),
-            ("get", Some(Entry { data: Data::Str(v), .. })) => Ok(bulk(v)),
+            (
+                "get",
+                Some(Entry {
+                    data: Data::Str(v), ..
+                }),
+            ) => Ok(bulk(v)),
             ("type", None) => Ok(Value::SimpleString("none".into())),
-            ("type", Some(Entry { data: Data::Str(_), .. })) => {
-                Ok(Value::SimpleString("string".into()))
-            }
+            (
+                "type",
+                Some(Entry {
+                    data: Data::Str(_), ..
+                }),
+            ) => Ok(Value::SimpleString("string".into())),
             ("type", Some(_)) => Ok(Value::SimpleString("hash".into())),
             ("pttl", None) => Ok(Value::Int(-2)),
-            ("pttl", Some(e)) => Ok(Value::Int(
-                e.expires
-                    .map_or(-1, |at| i64::try_from(at.saturating_sub(now)).unwrap_or(i64::MAX)),
-            )),
+            ("pttl", Some(e)) => Ok(Value::Int(e.expires.map_or(-1, |at| {
+                i64::try_from(at.saturating_sub(now)).unwrap_or(i64::MAX)
+            }))),
             ("hgetall", None) => Ok(Value::Array(Vec::new())),
-            ("hgetall", Some(Entry { data: Data::Hash(fields), .. })) => Ok(Value::Array(
+            (
+                "hgetall",
+                Some(Entry {
+                    data: Data::Hash(fields),
+                    ..
+                }),
+            ) => Ok(Value::Array(
                 fields
                     .iter()
                     .flat_map(|(f, v)| [bulk(f), bulk(v)])
@@ -278,7 +291,13 @@ impl Keyspace {
             Some(_) => return Err(WRONGTYPE.into()),
             None if name == "hset" => {
                 let data = Data::Hash(Vec::new());
-                self.entries.insert(key.to_vec(), Entry { data, expires: None });
+                self.entries.insert(
+                    key.to_vec(),
+                    Entry {
+                        data,
+                        expires: None,
+                    },
+                );
                 self.entries.get_mut(*key)
             }
             None if name == "hget" => return Ok(Value::Nil),
@@ -425,12 +444,21 @@ mod tests {
         assert_eq!(run(&mut ks, "GET k"), Ok(Value::Nil));
         assert_eq!(run(&mut ks, "PTTL k"), Ok(Value::Int(-2)));
         assert_eq!(run(&mut ks, "PEXPIRE k 50"), Ok(Value::Int(0)));
-        assert_eq!(run(&mut ks, "SET k v PX 0").unwrap_err(), "ERR invalid expire time in 'set' command");
-        assert_eq!(run(&mut ks, "SET k v PX x").unwrap_err(), super::NOT_INTEGER);
+        assert_eq!(
+            run(&mut ks, "SET k v PX 0").unwrap_err(),
+            "ERR invalid expire time in 'set' command"
+        );
+        assert_eq!(
+            run(&mut ks, "SET k v PX x").unwrap_err(),
+            super::NOT_INTEGER
+        );
         assert_eq!(run(&mut ks, "SET k v PX").unwrap_err(), super::SYNTAX);
         run(&mut ks, "SET k v").unwrap();
         assert_eq!(run(&mut ks, "PEXPIRE k 0"), Ok(Value::Int(1)));
-        assert_eq!(run(&mut ks, "TYPE k"), Ok(Value::SimpleString("none".into())));
+        assert_eq!(
+            run(&mut ks, "TYPE k"),
+            Ok(Value::SimpleString("none".into()))
+        );
     }
 
     #[test]
@@ -445,7 +473,10 @@ mod tests {
             .collect();
         assert_eq!(all, Value::Array(expected));
         assert_eq!(run(&mut ks, "GET h").unwrap_err(), super::WRONGTYPE);
-        assert_eq!(run(&mut ks, "TYPE h"), Ok(Value::SimpleString("hash".into())));
+        assert_eq!(
+            run(&mut ks, "TYPE h"),
+            Ok(Value::SimpleString("hash".into()))
+        );
         assert_eq!(run(&mut ks, "HDEL h a b x"), Ok(Value::Int(2)));
         assert_eq!(run(&mut ks, "HDEL h c"), Ok(Value::Int(1)));
         assert_eq!(run(&mut ks, "EXISTS h"), Ok(Value::Int(0)));

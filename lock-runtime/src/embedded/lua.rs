@@ -148,7 +148,8 @@ impl Engine {
 
     /// Whether a script of this SHA-1 is loaded.
     pub(super) fn exists(&self, sha: &[u8]) -> bool {
-        std::str::from_utf8(sha).is_ok_and(|sha| self.scripts.contains_key(&sha.to_ascii_lowercase()))
+        std::str::from_utf8(sha)
+            .is_ok_and(|sha| self.scripts.contains_key(&sha.to_ascii_lowercase()))
     }
 
     /// `EVALSHA sha numkeys key... arg...`, the arguments after the name.
@@ -170,7 +171,12 @@ impl Engine {
         let (keys, argv) = rest.split_at(numkeys);
         let lua = &self.lua;
         let table = |items: &[&[u8]]| {
-            lua.create_sequence_from(items.iter().map(|i| lua.create_string(i)).collect::<mlua::Result<Vec<_>>>()?)
+            lua.create_sequence_from(
+                items
+                    .iter()
+                    .map(|i| lua.create_string(i))
+                    .collect::<mlua::Result<Vec<_>>>()?,
+            )
         };
         let reply = table(keys)
             .and_then(|keys| Ok((keys, table(argv)?)))
@@ -234,7 +240,11 @@ fn from_lua(value: &mlua::Value, depth: usize) -> Reply {
             }
             if let Ok(mlua::Value::String(s)) = t.raw_get::<mlua::Value>("ok") {
                 let s = s.to_string_lossy();
-                return Ok(if s == "OK" { Value::Okay } else { Value::SimpleString(s) });
+                return Ok(if s == "OK" {
+                    Value::Okay
+                } else {
+                    Value::SimpleString(s)
+                });
             }
             if depth > 64 {
                 return Err("ERR reached lua stack limit".into());

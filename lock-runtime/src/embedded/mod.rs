@@ -26,9 +26,9 @@ use tokio::time::Instant;
 
 pub use door::{EmbeddedConnection, PublishedLog, StoredValue};
 
+use self::clock::Clock;
 use self::keyspace::Published;
 use self::lua::Engine;
-use self::clock::Clock;
 use crate::replica_sync::ReplicaSync;
 use crate::route::node::evalsha;
 use crate::route::{Lane, Notices, Route, ScriptCall};
@@ -105,9 +105,16 @@ impl EmbeddedKeyspace {
 
     /// The keyspace's time now, in microseconds since the epoch.
     fn now_us(&self) -> u64 {
-        let elapsed = self.inner.clock.now().saturating_duration_since(self.inner.base);
+        let elapsed = self
+            .inner
+            .clock
+            .now()
+            .saturating_duration_since(self.inner.base);
         let elapsed = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        let offset = self.inner.offset_us.load(std::sync::atomic::Ordering::Relaxed);
+        let offset = self
+            .inner
+            .offset_us
+            .load(std::sync::atomic::Ordering::Relaxed);
         self.inner
             .epoch_us
             .saturating_add(elapsed)
@@ -119,7 +126,11 @@ impl EmbeddedKeyspace {
     fn execute(&self, args: &[&[u8]]) -> Value {
         let now = self.now_us();
         let (reply, published) = {
-            let mut engine = self.inner.engine.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut engine = self
+                .inner
+                .engine
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             {
                 let mut keyspace = engine.keyspace();
                 keyspace.set_now(now);
@@ -150,12 +161,20 @@ impl EmbeddedKeyspace {
     /// Tells every client on the keyspace what was published.
     fn deliver(&self, published: Vec<Published>) {
         let listeners: Vec<Arc<Listener>> = {
-            let mut list = self.inner.listeners.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut list = self
+                .inner
+                .listeners
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
             list.retain(|l| l.strong_count() > 0);
             list.iter().filter_map(Weak::upgrade).collect()
         };
         for (channel, message, sharded) in published {
-            let kind = if sharded { PushKind::SMessage } else { PushKind::Message };
+            let kind = if sharded {
+                PushKind::SMessage
+            } else {
+                PushKind::Message
+            };
             for listener in &listeners {
                 listener(PushInfo {
                     kind: kind.clone(),
@@ -181,7 +200,10 @@ impl EmbeddedKeyspace {
 
 /// EVALSHA, EVAL, SCRIPT LOAD / EXISTS / FLUSH, or a keyspace command.
 fn script_command(engine: &mut Engine, args: &[&[u8]]) -> keyspace::Reply {
-    let name = args.first().map(|n| n.to_ascii_lowercase()).unwrap_or_default();
+    let name = args
+        .first()
+        .map(|n| n.to_ascii_lowercase())
+        .unwrap_or_default();
     let rest = args.get(1..).unwrap_or_default();
     match name.as_slice() {
         b"evalsha" | b"eval" | b"script" => {

@@ -99,16 +99,9 @@ impl EmbeddedKeyspace {
     /// Every live key, what it holds and when it expires (milliseconds
     /// since the epoch; `None`: never).
     pub fn dump(&self) -> BTreeMap<Vec<u8>, (StoredValue, Option<u64>)> {
-        let now = self.now_us();
-        let engine = self
-            .inner
-            .engine
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let mut keyspace = engine.keyspace();
-        keyspace.set_now(now);
-        keyspace
-            .dump()
+        self.inner
+            .shards
+            .dump(self.now_us())
             .into_iter()
             .map(|(key, (data, expires))| {
                 let value = match data {

@@ -32,11 +32,14 @@ pub(super) enum Data {
 }
 
 #[derive(Debug)]
-struct Entry {
+pub(super) struct Entry {
     data: Data,
     /// Milliseconds on the keyspace's clock; `None`: no expiry.
     expires: Option<u64>,
 }
+
+/// A key, what it holds and its expiry (ms), as [`Keyspace::dump`] gives it.
+pub(super) type Dumped = (Vec<u8>, (Data, Option<u64>));
 
 /// A message a script published: channel, message, sharded or not.
 pub(super) type Published = (Vec<u8>, Vec<u8>, bool);
@@ -122,18 +125,27 @@ impl Keyspace {
 
     /// Runs one command (`args[0]` is its name), counting it.
     pub(super) fn command(&mut self, args: &[&[u8]]) -> Reply {
-        let Some(name) = args.first() else {
+        let Some(raw) = args.first() else {
             return Err("ERR empty command".into());
         };
-        let name = String::from_utf8_lossy(name).to_ascii_lowercase();
-        *self.calls.entry(name.clone()).or_default() += 1;
+        // Lowercased on the stack: this runs for every call a script makes.
+        let mut buffer = [0u8; 16];
+        let name = match buffer.get_mut(..raw.len()) {
+            Some(lower) => {
+                lower.copy_from_slice(raw);
+                lower.make_ascii_lowercase();
+                std::str::from_utf8(lower).unwrap_or("?")
+            }
+            None => "?",
+        };
+        self.count(name);
         let rest = &args[1..];
-        match name.as_str() {
-            "get" | "type" | "pttl" | "hgetall" => self.read(&name, rest),
+        match name {
+            "get" | "type" | "pttl" | "hgetall" => self.read(name, rest),
             "set" => self.set(rest),
             "del" => self.del(rest),
             "pexpire" => self.pexpire(rest),
-            "hget" | "hset" | "hdel" => self.hash(&name, rest),
+            "hget" | "hset" | "hdel" => self.hash(name, rest),
             "time" => Ok(self.time()),
             "publish" | "spublish" => match rest {
                 [channel, message] => {
@@ -142,9 +154,19 @@ impl Keyspace {
                         .push((channel.to_vec(), message.to_vec(), sharded));
                     Ok(Value::Int(0))
                 }
-                _ => Err(arity(&name)),
+                _ => Err(arity(name)),
             },
-            _ => self.admin(&name, rest),
+            _ => self.admin(name, rest),
+        }
+    }
+
+    /// Counts a call of `name`, as `INFO commandstats` does.
+    pub(super) fn count(&mut self, name: &str) {
+        match self.calls.get_mut(name) {
+            Some(calls) => *calls += 1,
+            None => {
+                self.calls.insert(name.to_owned(), 1);
+            }
         }
     }
 
@@ -228,12 +250,27 @@ impl Keyspace {
             None if keep => kept.flatten(),
             None => None,
         };
-        let entry = Entry {
-            data: Data::Str(value.to_vec()),
-            expires: None,
-        };
-        self.entries.insert(key.to_vec(), entry);
-        self.set_expiry(key, expires);
+        match self.entries.get_mut(*key) {
+            Some(entry) => {
+                entry.data = Data::Str(value.to_vec());
+                entry.expires = None;
+            }
+            None => {
+                let data = Data::Str(value.to_vec());
+                self.entries.insert(
+                    key.to_vec(),
+                    Entry {
+                        data,
+                        expires: None,
+                    },
+                );
+            }
+        }
+        if expires != kept.flatten() || !keep {
+            self.set_expiry(key, expires);
+        } else if let Some(entry) = self.entries.get_mut(*key) {
+            entry.expires = expires;
+        }
         Ok(Value::Okay)
     }
 
@@ -382,10 +419,11 @@ impl Keyspace {
                 self.calls.clear();
                 Ok(Value::Okay)
             }
-            _ => Err(format!(
-                "ERR unknown command '{name}' (the embedded backend answers the commands \
-                 the lock scripts call)"
-            )),
+            _ => Err(
+                "ERR unknown command (the embedded backend answers the commands the lock \
+                 scripts call)"
+                    .into(),
+            ),
         }
     }
 
@@ -400,6 +438,20 @@ impl Keyspace {
         text
     }
 
+    /// Takes `key`'s entry out (to run a script of several shards' keys
+    /// on one shard; see `shards.rs`).
+    pub(super) fn take(&mut self, key: &[u8]) -> Option<Entry> {
+        self.live(key)?;
+        self.entries.remove(key)
+    }
+
+    /// Puts an entry taken by [`Keyspace::take`] in.
+    pub(super) fn put(&mut self, key: &[u8], entry: Entry) {
+        let expires = entry.expires;
+        self.entries.insert(key.to_vec(), entry);
+        self.set_expiry(key, expires);
+    }
+
     /// Drops every expired key now.
     fn expire_all(&mut self) {
         let now = self.now_ms();
@@ -409,7 +461,7 @@ impl Keyspace {
 
     /// Every live key with what it holds and its expiry (ms on this clock),
     /// for the test door's comparisons.
-    pub(super) fn dump(&mut self) -> BTreeMap<Vec<u8>, (Data, Option<u64>)> {
+    pub(super) fn dump(&mut self) -> Vec<Dumped> {
         self.expire_all();
         self.entries
             .iter()

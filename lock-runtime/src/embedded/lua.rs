@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 
-use mlua::{Function, Lua, LuaOptions, StdLib, Table};
+use mlua::{BorrowedBytes, Function, Lua, LuaOptions, StdLib, Table, Variadic};
 use redis::Value;
 
 use super::keyspace::{Keyspace, Reply};
@@ -25,34 +25,11 @@ use super::keyspace::{Keyspace, Reply};
 /// error reply as `{err=...}`).
 const PRELUDE: &str = r#"
 local command = ...
-local format, type, select, error, pcall, tostring = string.format, type, select, error, pcall, tostring
-local function args(...)
-  local n = select('#', ...)
-  if n == 0 then
-    return nil, 'ERR Please specify at least one argument for this redis lib call'
-  end
-  local t = {...}
-  for i = 1, n do
-    local v = t[i]
-    if type(v) == 'number' then
-      t[i] = format('%.17g', v)
-    elseif type(v) ~= 'string' then
-      return nil, 'ERR Lua redis lib command arguments must be strings or integers'
-    end
-  end
-  return t
-end
-local function pcall_command(...)
-  local t, bad = args(...)
-  if not t then
-    return {err = bad}
-  end
-  return command(t)
-end
+local type, error, pcall, tostring = type, error, pcall, tostring
 redis = {
-  pcall = pcall_command,
+  pcall = command,
   call = function(...)
-    local reply = pcall_command(...)
+    local reply = command(...)
     if type(reply) == 'table' and reply.err then
       error(reply, 2)
     end
@@ -103,13 +80,20 @@ impl Engine {
         let libs = StdLib::TABLE | StdLib::STRING | StdLib::MATH;
         let lua = Lua::new_with(libs, LuaOptions::default())?;
         lua.set_app_data(Keyspace::default());
-        let command = lua.create_function(|lua, args: Table| {
-            let args: Vec<mlua::String> = args.sequence_values().collect::<mlua::Result<_>>()?;
-            let bytes: Vec<_> = args.iter().map(|a| a.as_bytes()).collect();
-            let slices: Vec<&[u8]> = bytes.iter().map(|b| &b[..]).collect();
-            let reply = match lua.app_data_mut::<Keyspace>() {
-                Some(mut keyspace) => keyspace.command(&slices),
-                None => Err("ERR the keyspace is busy".into()),
+        let format: Function = lua
+            .globals()
+            .raw_get::<Table>("string")?
+            .raw_get("format")?;
+        let command = lua.create_function(move |lua, args: Variadic<mlua::Value>| {
+            let reply = match command_args(&format, &args) {
+                Ok(args) => {
+                    let slices: Vec<&[u8]> = args.iter().map(|a| a.as_ref()).collect();
+                    match lua.app_data_mut::<Keyspace>() {
+                        Some(mut keyspace) => keyspace.command(&slices),
+                        None => Err("ERR the keyspace is busy".into()),
+                    }
+                }
+                Err(error) => Err(error),
             };
             to_lua(lua, reply)
         })?;
@@ -146,19 +130,34 @@ impl Engine {
         Ok(Value::BulkString(sha.into_bytes()))
     }
 
-    /// Whether a script of this SHA-1 is loaded.
-    pub(super) fn exists(&self, sha: &[u8]) -> bool {
-        std::str::from_utf8(sha)
-            .is_ok_and(|sha| self.scripts.contains_key(&sha.to_ascii_lowercase()))
-    }
-
     /// `EVALSHA sha numkeys key... arg...`, the arguments after the name.
-    pub(super) fn evalsha(&mut self, rest: &[&[u8]]) -> Reply {
+    /// A script this state has not compiled yet is compiled from
+    /// `source_of` (what `SCRIPT LOAD` registered), once.
+    pub(super) fn evalsha(
+        &mut self,
+        rest: &[&[u8]],
+        source_of: impl Fn(&str) -> Option<std::sync::Arc<[u8]>>,
+    ) -> Reply {
         let [sha, numkeys, rest @ ..] = rest else {
             return Err("ERR wrong number of arguments for 'evalsha' command".into());
         };
-        let sha = String::from_utf8_lossy(sha).to_ascii_lowercase();
-        let Some(script) = self.scripts.get(&sha) else {
+        let sha = std::str::from_utf8(sha).unwrap_or_default();
+        let lower;
+        let sha = if sha.bytes().any(|b| b.is_ascii_uppercase()) {
+            lower = sha.to_ascii_lowercase();
+            lower.as_str()
+        } else {
+            sha
+        };
+        if !self.scripts.contains_key(sha) {
+            match source_of(sha) {
+                Some(source) => {
+                    self.load(&source)?;
+                }
+                None => return Err("NOSCRIPT No matching script. Please use EVAL.".into()),
+            }
+        }
+        let Some(script) = self.scripts.get(sha) else {
             return Err("NOSCRIPT No matching script. Please use EVAL.".into());
         };
         let numkeys = std::str::from_utf8(numkeys)
@@ -180,13 +179,47 @@ impl Engine {
         };
         let reply = table(keys)
             .and_then(|keys| Ok((keys, table(argv)?)))
-            .and_then(|(keys, argv)| {
-                self.run
-                    .call::<mlua::Value>((script.clone(), keys, argv, sha.as_str()))
-            })
+            .and_then(|(keys, argv)| self.run.call::<mlua::Value>((script, keys, argv, sha)))
             .map_err(|e| format!("ERR {e}"))?;
         from_lua(&reply, 0)
     }
+}
+
+/// One argument of `redis.call`: a string's bytes, or a number written as
+/// Redis writes it (`%.17g`).
+enum Arg<'a> {
+    Bytes(BorrowedBytes<'a>),
+    Number(Vec<u8>),
+}
+
+impl AsRef<[u8]> for Arg<'_> {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            Arg::Bytes(b) => b,
+            Arg::Number(n) => n,
+        }
+    }
+}
+
+/// The arguments of a `redis.call`, or the error Redis gives for them.
+fn command_args<'a>(format: &Function, args: &'a [mlua::Value]) -> Result<Vec<Arg<'a>>, String> {
+    if args.is_empty() {
+        return Err("ERR Please specify at least one argument for this redis lib call".into());
+    }
+    args.iter()
+        .map(|arg| match arg {
+            mlua::Value::String(s) => Ok(Arg::Bytes(s.as_bytes())),
+            // Integers below 10^15 read the same in `%.17g`.
+            mlua::Value::Integer(n) if n.unsigned_abs() < 1_000_000_000_000_000 => {
+                Ok(Arg::Number(n.to_string().into_bytes()))
+            }
+            mlua::Value::Integer(_) | mlua::Value::Number(_) => format
+                .call::<mlua::String>(("%.17g", arg))
+                .map(|s| Arg::Number(s.as_bytes().to_vec()))
+                .map_err(|e| format!("ERR {e}")),
+            _ => Err("ERR Lua redis lib command arguments must be strings or integers".into()),
+        })
+        .collect()
 }
 
 /// A command's reply as Lua sees it.

@@ -17,6 +17,7 @@ pub(crate) mod clock;
 mod door;
 mod keyspace;
 mod lua;
+mod shards;
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -28,7 +29,7 @@ pub use door::{EmbeddedConnection, PublishedLog, StoredValue};
 
 use self::clock::Clock;
 use self::keyspace::Published;
-use self::lua::Engine;
+use self::shards::Shards;
 use crate::replica_sync::ReplicaSync;
 use crate::route::node::evalsha;
 use crate::route::{Lane, Notices, Route, ScriptCall};
@@ -50,7 +51,7 @@ pub struct EmbeddedKeyspace {
 }
 
 struct Inner {
-    engine: Mutex<Engine>,
+    shards: Shards,
     clock: Clock,
     /// The keyspace's time at creation, in microseconds since the epoch.
     epoch_us: u64,
@@ -79,21 +80,20 @@ impl EmbeddedKeyspace {
     /// (`#[tokio::test(start_paused = true)]`) drives its leases.
     ///
     /// # Panics
-    /// If Lua cannot allocate its state (out of memory).
+    /// If Lua cannot allocate a state (out of memory), at the first call.
     pub fn new() -> Self {
         Self::on_clock(Clock::current())
     }
 
     /// An empty keyspace on `clock`.
     pub(crate) fn on_clock(clock: Clock) -> Self {
-        let engine = Engine::new().expect("lock-runtime: cannot create the embedded Lua state");
         let epoch_us = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
         let base = clock.now();
         EmbeddedKeyspace {
             inner: Arc::new(Inner {
-                engine: Mutex::new(engine),
+                shards: Shards::new(),
                 clock,
                 epoch_us,
                 base,
@@ -124,22 +124,7 @@ impl EmbeddedKeyspace {
     /// Runs one command (a script call included) at the time now, then
     /// hands what it published to the listeners.
     fn execute(&self, args: &[&[u8]]) -> Value {
-        let now = self.now_us();
-        let (reply, published) = {
-            let mut engine = self
-                .inner
-                .engine
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            {
-                let mut keyspace = engine.keyspace();
-                keyspace.set_now(now);
-                keyspace.expire_due();
-            }
-            let reply = script_command(&mut engine, args);
-            let published = std::mem::take(&mut engine.keyspace().published);
-            (reply, published)
-        };
+        let (reply, published) = self.inner.shards.execute(args, self.now_us());
         if !published.is_empty() {
             self.deliver(published);
         }
@@ -195,41 +180,6 @@ impl EmbeddedKeyspace {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(Arc::downgrade(listener));
-    }
-}
-
-/// EVALSHA, EVAL, SCRIPT LOAD / EXISTS / FLUSH, or a keyspace command.
-fn script_command(engine: &mut Engine, args: &[&[u8]]) -> keyspace::Reply {
-    let name = args
-        .first()
-        .map(|n| n.to_ascii_lowercase())
-        .unwrap_or_default();
-    let rest = args.get(1..).unwrap_or_default();
-    match name.as_slice() {
-        b"evalsha" | b"eval" | b"script" => {
-            let name = String::from_utf8_lossy(&name).into_owned();
-            *engine.keyspace().calls.entry(name).or_default() += 1;
-        }
-        _ => return engine.keyspace().command(args),
-    }
-    match (name.as_slice(), rest) {
-        (b"evalsha", _) => engine.evalsha(rest),
-        (b"eval", [source, tail @ ..]) => {
-            let sha = match engine.load(source)? {
-                Value::BulkString(sha) => sha,
-                _ => return Err("ERR the script did not load".into()),
-            };
-            let mut call: Vec<&[u8]> = vec![&sha];
-            call.extend_from_slice(tail);
-            engine.evalsha(&call)
-        }
-        (b"script", [sub, source]) if sub.eq_ignore_ascii_case(b"load") => engine.load(source),
-        (b"script", [sub, shas @ ..]) if sub.eq_ignore_ascii_case(b"exists") => Ok(Value::Array(
-            shas.iter()
-                .map(|sha| Value::Int(i64::from(engine.exists(sha))))
-                .collect(),
-        )),
-        _ => Err("ERR unknown subcommand or wrong number of arguments".into()),
     }
 }
 

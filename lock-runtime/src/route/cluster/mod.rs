@@ -23,6 +23,8 @@ mod pubsub;
 mod replicas;
 mod slots;
 
+pub(crate) use slots::slot_of;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,7 +43,6 @@ use crate::replica_sync::ReplicaSync;
 use failover::{follow_masters, LastMap, OnPush};
 use pubsub::ShardedSubscriptions;
 use replicas::MasterPools;
-use slots::slot_of;
 
 /// How many times the cluster connection sends a command again after a
 /// dropped connection, a redirect (`MOVED`, `ASK`) or `TRYAGAIN` /

@@ -5,10 +5,11 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::checker::{self, Limits, Violation};
+use crate::checker;
 use crate::failover;
 use crate::faults::{self, Node};
 use crate::history::{Fault, History};
+use crate::index::{Limits, Violation};
 use crate::proxy::Proxy;
 use crate::servers::{Server, TempDir};
 use crate::topology::{self, Replicated, Topology};

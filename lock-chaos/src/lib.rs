@@ -14,6 +14,7 @@ pub mod failover;
 pub mod faults;
 pub mod harness;
 pub mod history;
+pub mod index;
 pub mod kinds;
 pub mod plan;
 pub mod proxy;

@@ -22,6 +22,5 @@ pub mod record;
 pub mod reentry;
 pub mod report;
 pub mod rng;
-pub mod servers;
 pub mod topology;
 pub mod worker;

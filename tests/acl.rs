@@ -1,13 +1,14 @@
 //! ACL users: the least-privilege user of the security guide runs the whole
 //! behaviour; a user without channel rights (Redis 7's default
 //! `resetchannels`) still waits within `wait` and releases successfully.
-mod servers;
+mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_runtime::{LockClient, LockError, LockOptions};
-use servers::{contention_with_wakeup, TcpServer};
+use lock_testkit::Server;
+use support::contention_with_wakeup;
 use tokio::sync::Notify;
 
 const PASSWORD: &str = "acl-test-pw";
@@ -58,14 +59,14 @@ const SHARDED_RULES: [&str; 3] = ["+spublish", "+ssubscribe", "+sunsubscribe"];
 /// pub/sub rules as unknown (Redis 6.2) gets the same rules without them,
 /// after a `reset` of whatever the refused line left: found by asking the
 /// server, not by its version.
-fn create_user(server: &TcpServer, args: &[String]) -> String {
+fn create_user(server: &Server, args: &[String]) -> String {
     assert_eq!(&args[..2], ["ACL", "SETUSER"]);
     let setuser = |args: &[String]| {
         let mut cmd = redis::cmd("ACL");
         for arg in &args[1..] {
             cmd.arg(arg);
         }
-        cmd.query::<()>(&mut server.connection(""))
+        cmd.query::<()>(&mut server.connection_as(""))
     };
     if let Err(refused) = setuser(args) {
         let detail = refused.to_string();
@@ -84,14 +85,14 @@ fn create_user(server: &TcpServer, args: &[String]) -> String {
         println!("no sharded pub/sub ({detail}); the user is {older:?}");
         setuser(&older).expect("ACL SETUSER without the sharded pub/sub rules");
     }
-    server.url("redis", &format!("{}:{PASSWORD}@", args[2]))
+    server.url_as("redis", &format!("{}:{PASSWORD}@", args[2]))
 }
 
 /// The guide's user: contention with wake-up across two clients, renewal
 /// (a body three leases long), release, re-entry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_least_privilege_user_runs_everything() {
-    let server = TcpServer::start(&[]);
+    let server = Server::tcp(&[]);
     let url = create_user(&server, &guide_acl());
     let a = LockClient::connect(&url)
         .await
@@ -136,7 +137,7 @@ fn without_channels() -> Vec<String> {
 /// failing at once), within `wait`; the holder's release reports success.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_channels_waits_on_the_lease() {
-    let server = TcpServer::start(&[]);
+    let server = Server::tcp(&[]);
     let url = create_user(&server, &without_channels());
     let a = LockClient::connect(&url)
         .await

@@ -1,13 +1,14 @@
 //! Passwords in URLs: `requirepass` (`redis://:pw@`) and ACL users
 //! (`redis://user:pw@`) work; a wrong or missing password fails at connect
 //! with an error that names the cause and the node, never the secret.
-mod servers;
+mod support;
 
 use std::error::Error as _;
 use std::time::Duration;
 
 use lock_runtime::{LockClient, LockError, LockOptions};
-use servers::{contention_with_wakeup, TcpServer};
+use lock_testkit::Server;
+use support::contention_with_wakeup;
 
 const SECRET: &str = "s3cret-Pa55word-7f1c";
 const WRONG: &str = "wr0ng-Pa55word-93ab";
@@ -44,25 +45,25 @@ async fn lock_once(client: &LockClient) {
 /// fail at connect, naming WRONGPASS / NOAUTH and the node, without secrets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requirepass() {
-    let server = TcpServer::start(&["--requirepass", SECRET]);
-    let a = LockClient::connect(&server.url("redis", &format!(":{SECRET}@")))
+    let server = Server::tcp(&["--requirepass", SECRET]);
+    let a = LockClient::connect(&server.url_as("redis", &format!(":{SECRET}@")))
         .await
         .expect("connect with the password");
-    let b = LockClient::connect(&server.url("redis", &format!("default:{SECRET}@")))
+    let b = LockClient::connect(&server.url_as("redis", &format!("default:{SECRET}@")))
         .await
         .expect("connect as the default user");
     lock_once(&a).await;
     contention_with_wakeup(&a, &b, "auth:requirepass").await;
 
-    let node = format!("127.0.0.1:{}", server.port);
-    let wrong = connect_error(&server.url("redis", &format!(":{WRONG}@"))).await;
+    let node = format!("127.0.0.1:{}", server.port());
+    let wrong = connect_error(&server.url_as("redis", &format!(":{WRONG}@"))).await;
     assert!(matches!(wrong, LockError::Connect(_)), "{wrong:?}");
     let shown = everything_shown(&wrong);
     assert!(wrong.to_string().contains("WRONGPASS"), "{shown}");
     assert!(wrong.to_string().contains(&node), "{shown}");
     assert!(!shown.contains(WRONG) && !shown.contains(SECRET), "{shown}");
 
-    let none = connect_error(&server.url("redis", "")).await;
+    let none = connect_error(&server.url_as("redis", "")).await;
     assert!(matches!(none, LockError::Connect(_)), "{none:?}");
     assert!(none.to_string().contains("NOAUTH"), "{none}");
     assert!(none.to_string().contains(&node), "{none}");
@@ -77,11 +78,11 @@ async fn requirepass() {
 /// backend error says where the password goes too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn noauth_at_a_call_says_where_the_password_goes() {
-    let server = TcpServer::start(&["--requirepass", SECRET]);
+    let server = Server::tcp(&["--requirepass", SECRET]);
     let client = LockClient::builder()
         .lazy_connect(true)
         .connect_timeout(Duration::from_secs(3))
-        .connect(&server.url("redis", ""))
+        .connect(&server.url_as("redis", ""))
         .await
         .expect("a lazy client connects on first use");
     let error = client
@@ -101,10 +102,10 @@ async fn noauth_at_a_call_says_where_the_password_goes() {
 /// NOAUTH and where the password goes, rather than every call later.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_nodes_without_their_password_fail_the_connect() {
-    let nodes: Vec<TcpServer> = (0..3)
-        .map(|_| TcpServer::start(&["--requirepass", SECRET]))
+    let nodes: Vec<Server> = (0..3)
+        .map(|_| Server::tcp(&["--requirepass", SECRET]))
         .collect();
-    let urls: Vec<String> = nodes.iter().map(|n| n.url("redis", "")).collect();
+    let urls: Vec<String> = nodes.iter().map(|n| n.url_as("redis", "")).collect();
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
     let error = LockClient::builder()
         .node_timeout(Duration::from_millis(500))
@@ -130,10 +131,10 @@ fn occurrences(text: &str, fragment: &str) -> usize {
 /// its own detail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_password_is_said_once() {
-    let server = TcpServer::start(&["--requirepass", SECRET]);
+    let server = Server::tcp(&["--requirepass", SECRET]);
     for userinfo in [format!(":{WRONG}@"), format!("default:{WRONG}@")] {
         for _ in 0..3 {
-            let error = connect_error(&server.url("redis", &userinfo)).await;
+            let error = connect_error(&server.url_as("redis", &userinfo)).await;
             let shown = error.to_string();
             assert!(shown.contains("WRONGPASS"), "{shown}");
             for fragment in ["AuthenticationFailed", "authentication failed", "WRONGPASS"] {
@@ -150,7 +151,7 @@ async fn a_wrong_password_is_said_once() {
 /// showing either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acl_user() {
-    let server = TcpServer::start(&[]);
+    let server = Server::tcp(&[]);
     let _: () = redis::cmd("ACL")
         .arg("SETUSER")
         .arg("locker")
@@ -159,13 +160,13 @@ async fn acl_user() {
         .arg("allkeys")
         .arg("allchannels")
         .arg("+@all")
-        .query(&mut server.connection(""))
+        .query(&mut server.connection_as(""))
         .expect("ACL SETUSER");
-    let url = server.url("redis", &format!("locker:{SECRET}@"));
+    let url = server.url_as("redis", &format!("locker:{SECRET}@"));
     let a = LockClient::connect(&url).await.expect("connect as locker");
     lock_once(&a).await;
 
-    let wrong = connect_error(&server.url("redis", &format!("locker:{WRONG}@"))).await;
+    let wrong = connect_error(&server.url_as("redis", &format!("locker:{WRONG}@"))).await;
     let shown = everything_shown(&wrong);
     assert!(wrong.to_string().contains("WRONGPASS"), "{shown}");
     assert!(!shown.contains(WRONG) && !shown.contains(SECRET), "{shown}");

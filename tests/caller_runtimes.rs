@@ -119,12 +119,12 @@ fn an_in_flight_acquire_on_the_runtimes_connection_is_released_after_it() {
     let (client, runtime) = client_on_a_runtime(&server, LockClient::builder());
     runtime.block_on(async {
         server.reset_stats();
-        server.pause();
+        let paused = server.pause();
         let options = LockOptions::new().lease(Duration::from_secs(30));
         let call = client.run_locked("in-flight", options, async { Ok::<_, LockError>(()) });
         let dropped = tokio::time::timeout(Duration::from_millis(200), call).await;
         assert!(dropped.is_err(), "Redis is frozen: the call cannot finish");
-        server.resume();
+        paused.resume();
         // Both scripts run, the acquire first, then the release.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         while server.command_calls("evalsha") < 2 {
@@ -148,7 +148,7 @@ fn an_in_flight_release_is_sent_even_if_the_callers_runtime_stops() {
     let builder = LockClient::builder().command_timeout(Duration::from_millis(500));
     let (client, runtime) = client_on_a_runtime(&server, builder);
     server.reset_stats();
-    server.pause();
+    let paused = server.pause();
     let dropped = runtime.block_on(async {
         let options = LockOptions::new().lease(Duration::from_secs(30));
         let call = client.run_locked("stopped", options, async { Ok::<_, LockError>(()) });
@@ -156,7 +156,7 @@ fn an_in_flight_release_is_sent_even_if_the_callers_runtime_stops() {
     });
     assert!(dropped.is_err(), "Redis is frozen: the call cannot finish");
     // From here on nothing drives `runtime`.
-    server.resume();
+    paused.resume();
     assert!(
         within_5s(|| server.command_calls("evalsha") >= 1),
         "the acquire reached Redis"

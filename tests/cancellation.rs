@@ -90,14 +90,14 @@ async fn dropping_a_call_whose_acquire_is_in_flight_frees_the_lock() {
         })
         .await
         .expect("warm-up");
-    server.pause();
+    let paused = server.pause();
     let options = LockOptions::new().lease(Duration::from_secs(30));
     let call = env
         .client
         .run_locked("in-flight", options, async { Ok::<_, LockError>(()) });
     let dropped = tokio::time::timeout(Duration::from_millis(200), call).await;
     assert!(dropped.is_err(), "Redis is frozen: the call cannot finish");
-    server.resume();
+    paused.resume();
     // The acquire lands first, then the release.
     let acquired = support::eventually(Duration::from_secs(5), || {
         server.command_calls("evalsha") >= 2
@@ -156,7 +156,7 @@ async fn an_acquire_that_times_out_is_followed_by_its_release() {
         .run_locked("late", warm, async { Ok::<_, LockError>(()) })
         .await
         .expect("warm-up");
-    server.pause();
+    let paused = server.pause();
     let options = LockOptions::new().lease(Duration::from_secs(30));
     let result = client
         .run_locked("late", options, async { Ok::<_, LockError>(()) })
@@ -166,7 +166,7 @@ async fn an_acquire_that_times_out_is_followed_by_its_release() {
         "{result:?}"
     );
     // The acquire, queued in the socket, runs when the server thaws.
-    server.resume();
+    paused.resume();
     let freed = support::eventually(Duration::from_secs(5), || {
         server.owners("lock:late").is_empty()
     })

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_runtime::{LockClient, LockError, LockMode, LockOptions};
-use support::cluster::{info, RedisCluster};
+use lock_testkit::cluster::{info, RedisCluster};
 use support::{Holder, RedisServer};
 use tokio::time::Instant;
 
@@ -317,7 +317,7 @@ fn migrate_slot_of(cluster: &RedisCluster, key: &str, from: usize, to: usize) {
     setslot(from, &["MIGRATING", &to_id]);
     let _: redis::Value = redis::cmd("MIGRATE")
         .arg("127.0.0.1")
-        .arg(cluster.nodes[to].port)
+        .arg(cluster.nodes[to].port())
         .arg("")
         .arg(0)
         .arg(5000)
@@ -807,7 +807,7 @@ async fn lose_a_release(
     // The replica's link is cut (frozen, then dropped by the master), so
     // the release lands on the master only; then the master dies and the
     // replica, which never heard of the release, is promoted.
-    cluster.signal(replica, "-STOP");
+    let paused = cluster.pause(replica);
     let dropped: i64 = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")
@@ -818,7 +818,7 @@ async fn lose_a_release(
     holder.release().await.expect("released on the master");
     assert_eq!(lock_state(cluster, master, key).as_deref(), Some("f"));
     cluster.kill(master);
-    cluster.signal(replica, "-CONT");
+    paused.resume();
     assert_eq!(
         lock_state(cluster, replica, key).as_deref(),
         Some("h"),
@@ -1103,7 +1103,7 @@ async fn a_writers_claim_withdrawn_before_a_failover_stays_withdrawn() {
     // withdrawn on the master only), the master dies and the replica,
     // which still has the claim, is promoted: more than the writer's
     // lease after the withdrawal.
-    cluster.signal(replica, "-STOP");
+    let paused = cluster.pause(replica);
     let dropped: i64 = redis::cmd("CLIENT")
         .arg("KILL")
         .arg("TYPE")
@@ -1118,7 +1118,7 @@ async fn a_writers_claim_withdrawn_before_a_failover_stays_withdrawn() {
     })
     .await;
     cluster.kill(master);
-    cluster.signal(replica, "-CONT");
+    paused.resume();
     assert!(
         has_writer_claim(&cluster, replica, key),
         "the replica missed the withdrawal"
@@ -1144,10 +1144,10 @@ async fn an_error_names_the_node_that_failed_not_the_seeds() {
     let client = client(&cluster, LockClient::builder()).await;
     let key = "dead-master";
     let master = cluster.master_of(&format!("lock:{key}"));
-    let dead = format!("127.0.0.1:{}", cluster.nodes[master].port);
+    let dead = format!("127.0.0.1:{}", cluster.nodes[master].port());
     let others: Vec<String> = (0..cluster.nodes.len())
         .filter(|&i| i != master)
-        .map(|i| format!("127.0.0.1:{}", cluster.nodes[i].port))
+        .map(|i| format!("127.0.0.1:{}", cluster.nodes[i].port()))
         .collect();
     client
         .run_locked(key, LockOptions::new(), async { Ok::<_, LockError>(()) })

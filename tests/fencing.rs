@@ -23,7 +23,7 @@ async fn tokens_go_up_across_a_restart_from_an_older_snapshot() {
     let mut server = RedisServer::start_persistent();
     let client = LockClient::connect(&server.url()).await.expect("connect");
     let first = token(&client, "restored").await;
-    server.snapshot();
+    server.save().expect("SAVE");
     let mut last = first;
     for _ in 0..3 {
         let next = token(&client, "restored").await;

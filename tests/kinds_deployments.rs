@@ -25,8 +25,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_runtime::{LockClient, LockError, LockMode, LockOptions};
-use support::cluster::RedisCluster;
-use support::sentinel::{Sentinels, MASTER_NAME};
+use lock_testkit::cluster::RedisCluster;
+use lock_testkit::replication::{Sentinels, MASTER_NAME};
 use support::{Holder, RedisServer};
 use tokio::sync::{watch, Barrier};
 use tokio::time::{timeout, Instant};
@@ -774,7 +774,7 @@ impl Redlock {
     }
 
     async fn clients(&self) -> [LockClient; 2] {
-        let urls: Vec<String> = self.nodes.iter().map(RedisServer::url).collect();
+        let urls: Vec<String> = self.nodes.iter().map(|node| node.url()).collect();
         let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
         let connect = || async {
             LockClient::builder()

@@ -3,11 +3,10 @@
 //! that start before Redis.
 mod support;
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use lock_runtime::{LockClient, LockError, LockOptions, LossReason};
+use lock_testkit::ServerOptions;
 use support::{Holder, RedisServer};
 use tokio::time::Instant;
 
@@ -143,37 +142,9 @@ async fn shutdown_on_memory() {
     ));
 }
 
-/// A redis-server on a TCP port of loopback, in a directory of its own,
-/// stopped by pid on drop.
-struct TcpServer(Child, #[allow(dead_code)] support::TempDir);
-
-impl TcpServer {
-    fn start(port: u16) -> TcpServer {
-        let dir = support::TempDir::new("lifecycle-tcp");
-        let bin = support::server_bin();
-        let child = Command::new(&bin)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{}: {e}", support::not_startable(&bin)));
-        TcpServer(child, dir)
-    }
-}
-
-impl Drop for TcpServer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
+/// A loopback port that was free a moment ago.
 fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    listener.local_addr().expect("addr").port()
+    lock_testkit::free_port().expect("a free loopback port")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -203,7 +174,10 @@ async fn a_lazy_client_starts_before_redis_and_works_once_it_is_up() {
     assert!(shown.to_lowercase().contains("refused"), "{shown}");
     assert!(start.elapsed() < Duration::from_secs(5));
 
-    let _server = TcpServer::start(port);
+    let _server = ServerOptions::tcp()
+        .port(port)
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
     let start = Instant::now();
     let mut attempts = 0;
     loop {

@@ -284,7 +284,7 @@ async fn force_unlock_on_memory_stops_the_holder_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_inspect_reports_the_quorum_and_force_unlock_frees_it() {
     let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let urls: Vec<String> = servers.iter().map(RedisServer::url).collect();
+    let urls: Vec<String> = servers.iter().map(|node| node.url()).collect();
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
     let builder = || LockClient::builder().node_timeout(Duration::from_millis(500));
     let holder_client = builder()

@@ -6,7 +6,8 @@ mod support;
 use std::time::Duration;
 
 use lock_runtime::{LockClient, LockError, LockOptions, LossReason};
-use support::{Holder, RedisServer, TempDir};
+use lock_testkit::TempDir;
+use support::{Holder, RedisServer};
 use tokio::time::Instant;
 
 fn client_builder() -> lock_runtime::LockClientBuilder {

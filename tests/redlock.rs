@@ -22,7 +22,7 @@ impl Cluster {
     }
 
     fn urls(&self) -> Vec<String> {
-        self.nodes.iter().map(RedisServer::url).collect()
+        self.nodes.iter().map(|node| node.url()).collect()
     }
 
     async fn client(&self, builder: lock_runtime::LockClientBuilder) -> LockClient {
@@ -112,11 +112,11 @@ async fn a_frozen_node_costs_only_its_timeout() {
     let cluster = Cluster::start();
     let client = cluster.client(LockClient::builder()).await;
     once(&client, "frozen", Duration::ZERO).await.expect("warm");
-    cluster.nodes[2].pause();
+    let paused = cluster.nodes[2].pause();
     let start = Instant::now();
     let result = once(&client, "frozen", Duration::ZERO).await;
     let elapsed = start.elapsed();
-    cluster.nodes[2].resume();
+    paused.resume();
     result.expect("a quorum of 4 answered");
     // Acquire and release each wait at most one node timeout.
     assert!(
@@ -301,13 +301,9 @@ async fn a_renewal_that_nodes_answer_late_is_retried() {
         .await;
     let holder = Holder::start(&client, "patient", LockOptions::new()).await;
     // Across the first renewal, at 1 s.
-    for node in &cluster.nodes[..3] {
-        node.pause();
-    }
+    let paused: Vec<_> = cluster.nodes[..3].iter().map(|node| node.pause()).collect();
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    for node in &cluster.nodes[..3] {
-        node.resume();
-    }
+    drop(paused);
     tokio::time::sleep(Duration::from_millis(500)).await;
     holder
         .release()

@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use lock_runtime::{LockClient, LockError, LockOptions, LossReason};
-use support::sentinel::TcpServer;
+use lock_testkit::Server;
 use support::{parse_lock, Holder};
 use tokio::time::Instant;
 
@@ -17,7 +17,7 @@ const SYNC_TIMEOUT: Duration = Duration::from_millis(500);
 /// The tests of this binary run one at a time.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-async fn synced_client(master: &TcpServer) -> LockClient {
+async fn synced_client(master: &Server) -> LockClient {
     LockClient::builder()
         .sync_replicas(1, SYNC_TIMEOUT)
         .connect(&master.url())
@@ -33,7 +33,7 @@ async fn once(client: &LockClient, key: &str) -> Result<(), LockError> {
 }
 
 /// Whether the lock `key` (full key) is held on `server`.
-fn is_held(server: &TcpServer, key: &str) -> bool {
+fn is_held(server: &Server, key: &str) -> bool {
     let value: Option<String> = server.query(redis::cmd("GET").arg(key)).flatten();
     value
         .and_then(|v| parse_lock(&v))
@@ -41,7 +41,7 @@ fn is_held(server: &TcpServer, key: &str) -> bool {
 }
 
 /// How many times `command` ran on `server`, from INFO commandstats.
-fn calls(server: &TcpServer, command: &str) -> u64 {
+fn calls(server: &Server, command: &str) -> u64 {
     let info = server.info("commandstats").unwrap_or_default();
     let prefix = format!("cmdstat_{command}:calls=");
     info.lines()
@@ -78,8 +78,8 @@ async fn pair_time(client: &LockClient, n: u32) -> Duration {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn synced_locks_work_and_cost_one_replica_acknowledgement() {
     let _serial = SERIAL.lock().await;
-    let master = TcpServer::master();
-    let replica = TcpServer::replica_of(master.port);
+    let master = Server::master();
+    let replica = Server::replica_of(master.port());
     // The replica is healthy here: WAIT answers as soon as it acknowledges,
     // and the timeout is only how long a busy machine may take to.
     let synced = LockClient::builder()
@@ -118,8 +118,8 @@ async fn synced_locks_work_and_cost_one_replica_acknowledgement() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_the_replica_does_not_acknowledge_fails_and_leaves_the_lock_free() {
     let _serial = SERIAL.lock().await;
-    let master = TcpServer::master();
-    let replica = TcpServer::replica_of(master.port);
+    let master = Server::master();
+    let replica = Server::replica_of(master.port());
     let client = synced_client(&master).await;
     replicated(&client, "order:1").await;
 
@@ -159,8 +159,8 @@ async fn an_acquire_the_replica_does_not_acknowledge_fails_and_leaves_the_lock_f
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewals_the_replica_does_not_acknowledge_end_in_lost() {
     let _serial = SERIAL.lock().await;
-    let master = TcpServer::master();
-    let replica = TcpServer::replica_of(master.port);
+    let master = Server::master();
+    let replica = Server::replica_of(master.port());
     let client = synced_client(&master).await;
     let lease = Duration::from_millis(1500);
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -195,8 +195,8 @@ async fn renewals_the_replica_does_not_acknowledge_end_in_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_synced_acquire_dropped_while_waiting_for_the_replica_leaves_the_lock_free() {
     let _serial = SERIAL.lock().await;
-    let master = TcpServer::master();
-    let replica = TcpServer::replica_of(master.port);
+    let master = Server::master();
+    let replica = Server::replica_of(master.port());
     let client = synced_client(&master).await;
     replicated(&client, "dropped").await;
 
@@ -214,7 +214,7 @@ async fn a_synced_acquire_dropped_while_waiting_for_the_replica_leaves_the_lock_
 
 /// Whether a client of `server` is blocked in `command` now (`CLIENT LIST`
 /// shows it with flag `b`: in `WAIT`, or held by `CLIENT PAUSE`).
-fn blocked_in(server: &TcpServer, command: &str) -> bool {
+fn blocked_in(server: &Server, command: &str) -> bool {
     let list: String = server
         .query(&mut redis::cmd("CLIENT").arg("LIST").clone())
         .unwrap_or_default();
@@ -225,7 +225,7 @@ fn blocked_in(server: &TcpServer, command: &str) -> bool {
 
 /// Closes the connections of `server`'s clients that are blocked in
 /// `command`: what they sent is dropped unrun.
-fn cut_blocked_in(server: &TcpServer, command: &str) {
+fn cut_blocked_in(server: &Server, command: &str) {
     let list: String = server
         .query(&mut redis::cmd("CLIENT").arg("LIST").clone())
         .unwrap_or_default();
@@ -247,7 +247,7 @@ fn cut_blocked_in(server: &TcpServer, command: &str) {
 async fn a_failed_give_back_of_an_unreplicated_lock_is_sent_again() {
     let _serial = SERIAL.lock().await;
     // No replica: every synced acquire is refused after the timeout.
-    let master = TcpServer::master();
+    let master = Server::master();
     // Long enough for the test to see the acquire's WAIT blocked on a busy
     // machine.
     let client = LockClient::builder()

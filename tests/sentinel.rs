@@ -12,8 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_runtime::{LockClient, LockError, LockOptions};
+use lock_testkit::replication::{Role, Sentinels, MASTER_NAME};
+use lock_testkit::{wait_until, Server, ServerOptions};
 use support::parse_lock;
-use support::sentinel::{Role, Sentinels, TcpServer, MASTER_NAME};
 use tokio::time::Instant;
 
 /// The tests of this binary run one at a time.
@@ -71,9 +72,9 @@ async fn locks_work_through_the_sentinels_and_follow_a_failover() {
         "the lock is on the master"
     );
 
-    sentinels.master.kill();
+    sentinels.master.stop();
     // A call that fails on the dead master names it, not the sentinels.
-    let dead = format!("127.0.0.1:{}", sentinels.master.port);
+    let dead = format!("127.0.0.1:{}", sentinels.master.port());
     let error = once(&client, "order:2")
         .await
         .expect_err("the master is dead and not replaced yet");
@@ -86,7 +87,7 @@ async fn locks_work_through_the_sentinels_and_follow_a_failover() {
         other => panic!("not a backend error: {other:?}"),
     }
     for sentinel in &sentinels.sentinels {
-        let port = sentinel.port.to_string();
+        let port = sentinel.port().to_string();
         assert!(
             !shown.contains(&port),
             "the error names a sentinel: {shown}"
@@ -96,7 +97,7 @@ async fn locks_work_through_the_sentinels_and_follow_a_failover() {
     println!("calls worked again {took:?} after the master was killed");
     assert_eq!(
         sentinels.current_master_port(),
-        Some(sentinels.replica.port),
+        Some(sentinels.replica.port()),
         "the replica was promoted"
     );
     let value: Option<String> = sentinels
@@ -138,7 +139,7 @@ async fn a_synced_lock_held_across_a_failover_is_lost_before_another_owner_takes
     });
     held_rx.await.expect("the first owner took the lock");
 
-    sentinels.master.kill();
+    sentinels.master.stop();
     let killed = Instant::now();
     let mut taken = None;
     while taken.is_none() && killed.elapsed() < FAILOVER_LIMIT {
@@ -175,8 +176,8 @@ async fn a_synced_lock_held_across_a_failover_is_lost_before_another_owner_takes
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_master_name_is_a_connect_error_naming_it() {
     let _serial = SERIAL.lock().await;
-    let master = TcpServer::master();
-    let sentinel = TcpServer::sentinel(master.port, 1);
+    let master = Server::master();
+    let sentinel = Server::sentinel(master.port(), 1);
     let url = sentinel.url();
     let error = LockClient::sentinel(&[&url], "no-such-master")
         .await
@@ -226,14 +227,14 @@ async fn a_manual_failover_is_followed_and_waiters_are_woken_on_the_new_master()
 
     // A graceful failover: the old master stays up, demoted to a replica, so
     // the clients' writes there fail with READONLY.
-    let failover = support::sentinel::wait_until(Duration::from_secs(20), || {
+    let failover = wait_until(Duration::from_secs(20), || {
         sentinels.sentinels[0]
             .query::<String>(redis::cmd("SENTINEL").arg("FAILOVER").arg(MASTER_NAME))
             .is_some()
     });
     assert!(failover, "SENTINEL FAILOVER was accepted");
-    let promoted = support::sentinel::wait_until(FAILOVER_LIMIT, || {
-        sentinels.current_master_port() == Some(sentinels.replica.port)
+    let promoted = wait_until(FAILOVER_LIMIT, || {
+        sentinels.current_master_port() == Some(sentinels.replica.port())
             && sentinels
                 .replica
                 .query::<Vec<redis::Value>>(&mut redis::cmd("ROLE"))
@@ -303,12 +304,18 @@ fn chain(error: &dyn std::error::Error) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sentinels_and_the_master_take_their_own_credentials_never_shown() {
     let _serial = SERIAL.lock().await;
-    let master = TcpServer::start_with(Role::Master, "requirepass m-secret\n", Some("m-secret"));
-    let sentinel = TcpServer::start_with(
-        Role::Sentinel(master.port, 1),
-        &format!("requirepass s-secret\nsentinel auth-pass {MASTER_NAME} m-secret\n"),
-        Some("s-secret"),
-    );
+    let master = ServerOptions::role(Role::Master)
+        .config("requirepass m-secret\n")
+        .password("m-secret")
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let sentinel = ServerOptions::role(Role::Sentinel(master.port(), 1))
+        .config(&format!(
+            "requirepass s-secret\nsentinel auth-pass {MASTER_NAME} m-secret\n"
+        ))
+        .password("s-secret")
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
     let url = sentinel.url();
     let client = LockClient::builder()
         .sentinel_master_auth(None, "m-secret")
@@ -333,7 +340,7 @@ async fn the_sentinels_and_the_master_take_their_own_credentials_never_shown() {
     let message = chain(&error);
     assert!(!message.contains("secret"), "{message}");
     assert!(
-        message.contains(&sentinel.port.to_string()),
+        message.contains(&sentinel.port().to_string()),
         "names the sentinel: {message}"
     );
     println!("{message}");
@@ -367,7 +374,7 @@ async fn a_lock_the_replica_misses_is_refused_with_sync_replicas_and_taken_twice
     // Without, it is granted.
     let options = LockOptions::new().lease(Duration::from_secs(6));
     let holder = support::Holder::start(&first, "missed", options).await;
-    sentinels.master.kill();
+    sentinels.master.stop();
     drop(paused);
 
     let killed = Instant::now();
@@ -397,7 +404,7 @@ async fn a_lock_the_replica_misses_is_refused_with_sync_replicas_and_taken_twice
 
 /// The state letter (`h`, `w`, `f`) of the lock `key` on `server`, if it
 /// answers and has one.
-fn lock_state(server: &TcpServer, key: &str) -> Option<String> {
+fn lock_state(server: &Server, key: &str) -> Option<String> {
     let value: Option<String> = server
         .query(redis::cmd("GET").arg(format!("lock:{key}")))
         .flatten();
@@ -437,12 +444,12 @@ async fn a_release_the_replica_missed_is_sent_again_to_the_promoted_replica() {
     holder.release().await.expect("released on the master");
     let on_master = lock_state(&sentinels.master, "stale");
     assert_eq!(on_master.as_deref(), Some("f"), "free on the master");
-    sentinels.master.kill();
+    sentinels.master.stop();
     drop(paused);
     let on_replica = lock_state(&sentinels.replica, "stale");
     assert_eq!(on_replica.as_deref(), Some("h"), "the replica missed it");
-    let promoted = support::sentinel::wait_until(FAILOVER_LIMIT, || {
-        sentinels.current_master_port() == Some(sentinels.replica.port)
+    let promoted = wait_until(FAILOVER_LIMIT, || {
+        sentinels.current_master_port() == Some(sentinels.replica.port())
             && sentinels
                 .replica
                 .query::<Vec<redis::Value>>(&mut redis::cmd("ROLE"))

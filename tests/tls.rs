@@ -2,12 +2,13 @@
 //! wrong CA, a client certificate rustls refuses, `redis://` on a TLS port,
 //! and Redlock over TLS nodes, against redis-servers started with
 //! `--tls-port` and certificates made by `openssl` for the test.
-mod servers;
+mod support;
 
 use std::time::Duration;
 
 use lock_runtime::{LockClient, LockClientBuilder, LockError, LockOptions};
-use servers::{contention_with_wakeup, Certs, TcpServer};
+use lock_testkit::{Certs, Server};
+use support::contention_with_wakeup;
 
 fn builder() -> LockClientBuilder {
     LockClient::builder().connect_timeout(Duration::from_secs(5))
@@ -19,8 +20,8 @@ fn builder() -> LockClientBuilder {
 async fn one_node_with_a_ca_bundle() {
     let certs = Certs::generate();
     // Clients need no certificate of their own here.
-    let server = TcpServer::start_tls(&certs, &["--tls-auth-clients", "no"]);
-    let url = server.url("rediss", "");
+    let server = Server::tls(&certs, &["--tls-auth-clients", "no"]);
+    let url = server.url_as("rediss", "");
     let a = builder()
         .tls_ca_file(&certs.ca_cert)
         .connect(&url)
@@ -47,8 +48,8 @@ async fn one_node_with_a_ca_bundle() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls() {
     let certs = Certs::generate();
-    let server = TcpServer::start_tls(&certs, &["--tls-auth-clients", "yes"]);
-    let url = server.url("rediss", "");
+    let server = Server::tls(&certs, &["--tls-auth-clients", "yes"]);
+    let url = server.url_as("rediss", "");
     let with_files = builder()
         .tls_ca_file(&certs.ca_cert)
         .tls_client_cert_files(&certs.client_cert, &certs.client_key);
@@ -74,7 +75,7 @@ async fn mutual_tls() {
     let shown = without.to_string();
     assert!(matches!(without, LockError::Connect(_)), "{without:?}");
     assert!(
-        shown.contains(&format!("127.0.0.1:{}", server.port)),
+        shown.contains(&format!("127.0.0.1:{}", server.port())),
         "{shown}"
     );
     assert!(
@@ -88,17 +89,17 @@ async fn mutual_tls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_ca_is_a_clear_connect_error() {
     let certs = Certs::generate();
-    let server = TcpServer::start_tls(&certs, &["--tls-auth-clients", "no"]);
+    let server = Server::tls(&certs, &["--tls-auth-clients", "no"]);
     let error = builder()
         .tls_ca_file(&certs.other_ca_cert)
         .connect_timeout(Duration::from_secs(2))
-        .connect(&server.url("rediss", ""))
+        .connect(&server.url_as("rediss", ""))
         .await
         .expect_err("the server's certificate is not trusted");
     assert!(matches!(error, LockError::Connect(_)), "{error:?}");
     let shown = error.to_string();
     assert!(
-        shown.contains(&format!("127.0.0.1:{}", server.port)),
+        shown.contains(&format!("127.0.0.1:{}", server.port())),
         "{shown}"
     );
     assert!(
@@ -116,12 +117,12 @@ async fn a_wrong_ca_is_a_clear_connect_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_client_certificate_is_named_as_the_clients() {
     let certs = Certs::generate();
-    let server = TcpServer::start_tls(&certs, &["--tls-auth-clients", "yes"]);
+    let server = Server::tls(&certs, &["--tls-auth-clients", "yes"]);
     let error = builder()
         .tls_ca_file(&certs.ca_cert)
         .tls_client_cert_files(certs.client_v1_cert(), &certs.client_key)
         .connect_timeout(Duration::from_secs(2))
-        .connect(&server.url("rediss", ""))
+        .connect(&server.url_as("rediss", ""))
         .await
         .expect_err("rustls takes no v1 certificate");
     assert!(matches!(error, LockError::Connect(_)), "{error:?}");
@@ -131,7 +132,7 @@ async fn a_refused_client_certificate_is_named_as_the_clients() {
     assert!(shown.contains("v3"), "says which version it needs: {shown}");
     assert!(!shown.contains("peer certificate"), "{shown}");
     assert!(
-        shown.contains(&format!("127.0.0.1:{}", server.port)),
+        shown.contains(&format!("127.0.0.1:{}", server.port())),
         "{shown}"
     );
 }
@@ -141,17 +142,17 @@ async fn a_refused_client_certificate_is_named_as_the_clients() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plain_url_on_a_tls_port_suggests_rediss() {
     let certs = Certs::generate();
-    let server = TcpServer::start_tls(&certs, &["--tls-auth-clients", "no"]);
+    let server = Server::tls(&certs, &["--tls-auth-clients", "no"]);
     let error = builder()
         .connect_timeout(Duration::from_secs(2))
-        .connect(&server.url("redis", ""))
+        .connect(&server.url_as("redis", ""))
         .await
         .expect_err("the server speaks TLS only");
     assert!(matches!(error, LockError::Connect(_)), "{error:?}");
     let shown = error.to_string();
     assert!(shown.contains("rediss://"), "{shown}");
     assert!(
-        shown.contains(&format!("127.0.0.1:{}", server.port)),
+        shown.contains(&format!("127.0.0.1:{}", server.port())),
         "{shown}"
     );
 }
@@ -172,10 +173,10 @@ async fn a_missing_ca_file_is_named() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_options_need_a_rediss_url() {
     let certs = Certs::generate();
-    let server = TcpServer::start(&[]);
+    let server = Server::tcp(&[]);
     let error = builder()
         .tls_ca_file(&certs.ca_cert)
-        .connect(&server.url("redis", ""))
+        .connect(&server.url_as("redis", ""))
         .await
         .expect_err("TLS options with a plain URL");
     assert!(error.to_string().contains("rediss://"), "{error}");
@@ -185,10 +186,10 @@ async fn tls_options_need_a_rediss_url() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_over_tls_nodes() {
     let certs = Certs::generate();
-    let nodes: Vec<TcpServer> = (0..3)
-        .map(|_| TcpServer::start_tls(&certs, &["--tls-auth-clients", "yes"]))
+    let nodes: Vec<Server> = (0..3)
+        .map(|_| Server::tls(&certs, &["--tls-auth-clients", "yes"]))
         .collect();
-    let urls: Vec<String> = nodes.iter().map(|n| n.url("rediss", "")).collect();
+    let urls: Vec<String> = nodes.iter().map(|n| n.url_as("rediss", "")).collect();
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
     let tls = || {
         builder()

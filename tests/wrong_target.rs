@@ -1,12 +1,12 @@
 //! `connect` and `redlock` refuse nodes that cannot hold locks, at connect,
 //! saying what the node is and what to use: a replica, a sentinel, a
 //! cluster-enabled node.
-mod servers;
+mod support;
 
 use std::time::Duration;
 
 use lock_runtime::{LockClient, LockError};
-use servers::TcpServer;
+use lock_testkit::Server;
 
 async fn refused(url: &str) -> String {
     let error = LockClient::builder()
@@ -18,55 +18,51 @@ async fn refused(url: &str) -> String {
     error.to_string()
 }
 
-fn replica_of(master: &TcpServer) -> TcpServer {
-    TcpServer::start(&["--replicaof", "127.0.0.1", &master.port.to_string()])
+fn replica_of(master: &Server) -> Server {
+    Server::tcp(&["--replicaof", "127.0.0.1", &master.port().to_string()])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_is_refused() {
-    let master = TcpServer::start(&[]);
+    let master = Server::tcp(&[]);
     let replica = replica_of(&master);
-    let shown = refused(&replica.url("redis", "")).await;
+    let shown = refused(&replica.url_as("redis", "")).await;
     assert!(shown.contains("is a replica"), "{shown}");
     assert!(
-        shown.contains(&format!("127.0.0.1:{}", replica.port)),
+        shown.contains(&format!("127.0.0.1:{}", replica.port())),
         "{shown}"
     );
     assert!(shown.contains("LockClient::sentinel"), "{shown}");
-    LockClient::connect(&master.url("redis", ""))
+    LockClient::connect(&master.url_as("redis", ""))
         .await
         .expect("the master is fine");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_is_refused() {
-    let master = TcpServer::start(&[]);
-    let config = format!(
-        "sentinel monitor mymaster 127.0.0.1 {} 1\nsentinel down-after-milliseconds mymaster 1000\n",
-        master.port
-    );
-    let sentinel = TcpServer::start_with_config(&config, &["--sentinel"]);
-    let shown = refused(&sentinel.url("redis", "")).await;
+    let master = Server::tcp(&[]);
+    let sentinel = Server::sentinel(master.port(), 1);
+    let shown = refused(&sentinel.url_as("redis", "")).await;
     assert!(shown.contains("is a Sentinel"), "{shown}");
     assert!(shown.contains("LockClient::sentinel"), "{shown}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_node_is_refused() {
-    let node = TcpServer::start(&["--cluster-enabled", "yes"]);
-    let shown = refused(&node.url("redis", "")).await;
+    let node = Server::tcp(&["--cluster-enabled", "yes"]);
+    let shown = refused(&node.url_as("redis", "")).await;
     assert!(shown.contains("is a Redis Cluster node"), "{shown}");
     assert!(shown.contains("LockClient::cluster"), "{shown}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_nodes_must_be_masters() {
-    let masters: Vec<TcpServer> = (0..3).map(|_| TcpServer::start(&[])).collect();
+    let masters: Vec<Server> = (0..3).map(|_| Server::tcp(&[])).collect();
     let replica = replica_of(&masters[0]);
     let urls = [
-        masters[1].url("redis", ""),
-        masters[2].url("redis", ""),
-        replica.url("redis", ""),
+        masters[1].url_as("redis", ""),
+        masters[2].url_as("redis", ""),
+        replica.url_as("redis", ""),
     ];
     let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
     let error = LockClient::builder()
@@ -86,7 +82,7 @@ async fn redlock_nodes_must_be_masters() {
 /// A user allowed neither ROLE nor CLUSTER skips the check (and connects).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_without_role_skips_the_check() {
-    let master = TcpServer::start(&[]);
+    let master = Server::tcp(&[]);
     let replica = replica_of(&master);
     let _: () = redis::cmd("ACL")
         .arg(
@@ -102,9 +98,9 @@ async fn a_user_without_role_skips_the_check() {
                 "-cluster",
             ][..],
         )
-        .query(&mut replica.connection(""))
+        .query(&mut replica.connection_as(""))
         .expect("ACL SETUSER");
-    LockClient::connect(&replica.url("redis", "plain:pw@"))
+    LockClient::connect(&replica.url_as("redis", "plain:pw@"))
         .await
         .expect("the check is skipped");
 }

@@ -3,133 +3,13 @@
 //! release pairs, one task, on a multi-thread runtime; the round trips are
 //! INFO commandstats summed over the masters.
 
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use lock_runtime::{LockClient, LockError, LockOptions};
-use redis::aio::MultiplexedConnection;
+use lock_testkit::cluster::RedisCluster;
 
-use crate::server::{cli_bin, server_bin};
 use crate::stats::{quantile, Commands};
 use crate::workloads::Config;
-
-/// The cluster's processes and their directory.
-struct Cluster {
-    children: Vec<Child>,
-    dir: PathBuf,
-    ports: Vec<u16>,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        // By pid: the children we started, nothing else.
-        for child in &mut self.children {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// A free loopback port below the kernel's range for outgoing connections,
-/// whose cluster bus port (+10000) is free too.
-fn free_port(from: u16) -> Option<u16> {
-    let free = |p: u16| TcpListener::bind((Ipv4Addr::LOCALHOST, p)).is_ok();
-    (from..from + 2000).find(|&p| free(p) && free(p + 10000))
-}
-
-impl Cluster {
-    fn start() -> Result<Cluster, String> {
-        let dir = std::env::temp_dir().join(format!("lock-bench-cluster-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let mut cluster = Cluster {
-            children: Vec::new(),
-            dir,
-            ports: Vec::new(),
-        };
-        let mut next = 14000 + (std::process::id() % 200) as u16 * 10;
-        for _ in 0..3 {
-            let port = free_port(next).ok_or("no free port for the cluster")?;
-            next = port + 1;
-            let node_dir = cluster.dir.join(port.to_string());
-            std::fs::create_dir_all(&node_dir).map_err(|e| e.to_string())?;
-            let child = Command::new(server_bin())
-                .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-                .args([
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                ])
-                .args(["--cluster-node-timeout", "2000"])
-                .args(["--save", "", "--appendonly", "no"])
-                .arg("--dir")
-                .arg(&node_dir)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|e| format!("cannot start {}: {e}", server_bin().to_string_lossy()))?;
-            cluster.children.push(child);
-            cluster.ports.push(port);
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        for &port in &cluster.ports {
-            while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
-                if Instant::now() > deadline {
-                    return Err("the cluster's nodes did not start within 10 s".into());
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        let mut create = Command::new(cli_bin());
-        create.args(["--cluster", "create"]);
-        for port in &cluster.ports {
-            create.arg(format!("127.0.0.1:{port}"));
-        }
-        let status = create
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .map_err(|e| format!("cannot run {}: {e}", cli_bin().to_string_lossy()))?;
-        if !status.success() {
-            return Err("redis-cli --cluster create failed".into());
-        }
-        Ok(cluster)
-    }
-
-    fn urls(&self) -> Vec<String> {
-        self.ports
-            .iter()
-            .map(|p| format!("redis://127.0.0.1:{p}/"))
-            .collect()
-    }
-
-    /// Waits (at most 20 s) until every node says `cluster_state:ok`.
-    async fn wait_ok(&self, admins: &mut [MultiplexedConnection]) -> Result<(), String> {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        for admin in admins {
-            loop {
-                let info: String = redis::cmd("CLUSTER")
-                    .arg("INFO")
-                    .query_async(admin)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                if info.contains("cluster_state:ok") {
-                    break;
-                }
-                if Instant::now() > deadline {
-                    return Err("the cluster was not ok within 20 s".into());
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        }
-        Ok(())
-    }
-}
 
 /// What (f) measured.
 pub struct ClusterPairs {
@@ -141,7 +21,7 @@ pub struct ClusterPairs {
 
 /// Runs (f) on a cluster of its own.
 pub fn run(cfg: &Config) -> Result<ClusterPairs, String> {
-    let cluster = Cluster::start()?;
+    let cluster = RedisCluster::try_start(0).map_err(|e| e.to_string())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -149,7 +29,7 @@ pub fn run(cfg: &Config) -> Result<ClusterPairs, String> {
     runtime.block_on(measure(&cluster, cfg))
 }
 
-async fn measure(cluster: &Cluster, cfg: &Config) -> Result<ClusterPairs, String> {
+async fn measure(cluster: &RedisCluster, cfg: &Config) -> Result<ClusterPairs, String> {
     let urls = cluster.urls();
     let mut admins = Vec::new();
     for url in &urls {
@@ -160,7 +40,6 @@ async fn measure(cluster: &Cluster, cfg: &Config) -> Result<ClusterPairs, String
             .map_err(|e| e.to_string())?;
         admins.push(admin);
     }
-    cluster.wait_ok(&mut admins).await?;
     let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
     let client = LockClient::cluster(&seeds)
         .await

@@ -32,7 +32,6 @@ mod cpu;
 mod embedded;
 mod kinds;
 mod report;
-mod server;
 mod stats;
 mod workloads;
 
@@ -41,6 +40,7 @@ use std::process::ExitCode;
 use contenders::{Lockers, Who};
 use kinds::{Kind, Raw};
 use lock_runtime::LockClient;
+use lock_testkit::ServerOptions;
 use report::{Flavor, Runs};
 use workloads::{Bench, Config, Mode};
 
@@ -162,31 +162,30 @@ impl Side {
 /// (b) also on a current-thread one. Returns what went wrong in the locks
 /// themselves (overlaps, expiries), if anything.
 fn run(cfg: &Config, only: &str, current_thread_only: bool) -> Result<Vec<String>, String> {
-    let server = server::Server::start()?;
-    eprintln!(
-        "redis-server pid {} at {}; {} run(s)",
-        server.pid(),
-        server.url,
-        cfg.runs
-    );
+    let server = ServerOptions::tcp()
+        .args(["--maxclients", "1000"])
+        .start()
+        .map_err(|e| e.to_string())?;
+    let url = server.url();
+    let pid = server.pid().ok_or("redis-server is not running")?;
+    eprintln!("redis-server pid {pid} at {url}; {} run(s)", cfg.runs);
     let sides = {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| e.to_string())?;
         let client = runtime
-            .block_on(LockClient::connect(&server.url))
+            .block_on(LockClient::connect(&url))
             .map_err(|e| e.to_string())?;
         lock_runtime::init(client.clone()).map_err(|e| e.to_string())?;
         // Each with a thread of its own, like the global client.
         let others = (0..3)
-            .map(|_| runtime.block_on(LockClient::connect(&server.url)))
+            .map(|_| runtime.block_on(LockClient::connect(&url)))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| e.to_string())?;
         drop(runtime);
-        let (url, pid) = (&server.url, server.pid());
-        let multi = Side::new(Flavor::MultiThread, url, &client, &others, pid)?;
-        let current = Side::new(Flavor::CurrentThread, url, &client, &others, pid)?;
+        let multi = Side::new(Flavor::MultiThread, &url, &client, &others, pid)?;
+        let current = Side::new(Flavor::CurrentThread, &url, &client, &others, pid)?;
         [multi, current]
     };
     let flavors: &[Flavor] = if current_thread_only {

@@ -3,8 +3,8 @@
 //! shortly before (a failover may keep it held until the release is sent
 //! again). See [`crate::checker`].
 
-use crate::checker::{Index, Limits, Violation};
 use crate::history::{LockKind, Outcome};
+use crate::index::{Index, Limits, Violation};
 
 /// How long before a fault's start the state it may bring back can date
 /// from (ns): a restore's snapshot is taken at the start, and a promoted

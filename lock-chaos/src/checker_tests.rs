@@ -1,8 +1,9 @@
 //! The checker's rules on hand-made histories: one that passes (with every
 //! exemption), and one failing history per rule.
 
-use crate::checker::{check, Limits, Violation};
+use crate::checker::check;
 use crate::history::{Body, Call, Fault, History, LockKind, NestKind, Nesting, Outcome, Resume};
+use crate::index::{Limits, Violation};
 
 const MS: u64 = 1_000_000;
 
@@ -583,7 +584,7 @@ fn correct_kinds_history_passes() {
     let v = check(&kinds_good(), &Limits::default());
     assert!(v.is_empty(), "{v:#?}");
     let h = kinds_good();
-    let ix = crate::checker::Index::new(&h);
+    let ix = crate::index::Index::new(&h);
     let most = crate::kinds::most_inside(&ix);
     assert_eq!(most["rw"], (3, Read));
     assert_eq!(most["p2"], (2, Permits(2)));
@@ -721,7 +722,7 @@ fn fair_disorder_excused_or_unknown_passes_rule_9() {
     });
     let v = check(&h, &Limits::default());
     assert!(v.is_empty(), "{v:#?}");
-    let ix = crate::checker::Index::new(&h);
+    let ix = crate::index::Index::new(&h);
     assert_eq!(crate::kinds::fair_pairs(&ix, &Limits::default()).excused, 1);
     // A server fault that ended before p1 began, a waiter lease and a
     // connect timeout earlier: no excuse. Within them: excused.

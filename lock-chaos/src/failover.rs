@@ -11,7 +11,8 @@ use crate::clock::now_ns;
 use crate::faults::Kind;
 use crate::history::Fault;
 use crate::rng::Rng;
-use crate::topology::{role, wait_until, Replicated, Role, Topology, MASTER_NAME, SETTLE_LIMIT};
+use crate::topology::{role, Replicated, Role, Topology, MASTER_NAME, SETTLE_LIMIT};
+use lock_testkit::wait_until;
 
 /// One planned fault.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,8 +99,7 @@ fn restart(rep: &Replicated, i: usize) {
     let master = rep.named_master().filter(|&p| rep.node_on(p) != Some(i));
     let mut server = rep.data[i].lock().expect("server");
     if rep.topology == Topology::Sentinel {
-        server.flavor =
-            crate::servers::Flavor::Args(crate::topology::data_args(Topology::Sentinel, master));
+        server.set_args(crate::topology::data_args(Topology::Sentinel, master));
     }
     let _ = server.restart(false);
 }
@@ -113,9 +113,9 @@ fn kill_master(rep: &Replicated, pick: u64) -> (String, String) {
     };
     let replica = rep.replica_of(m);
     let t0 = Instant::now();
-    rep.data[m].lock().expect("server").kill();
+    rep.data[m].lock().expect("server").stop();
     let promoted = replica.is_some_and(|r| {
-        let port = rep.data[r].lock().expect("server").port;
+        let port = rep.data[r].lock().expect("server").port();
         wait_until(SETTLE_LIMIT, || {
             matches!(role(&rep.data[r]), Role::Master(_))
                 && (rep.topology == Topology::Cluster || rep.named_master() == Some(port))
@@ -193,7 +193,7 @@ fn replica_restart(rep: &Replicated, pick: u64) -> (String, String) {
         return ("none".into(), "no replica found".into());
     };
     let t0 = Instant::now();
-    rep.data[r].lock().expect("server").kill();
+    rep.data[r].lock().expect("server").stop();
     restart(rep, r);
     (
         format!("node{r}"),
@@ -206,9 +206,9 @@ fn pause(rep: &Replicated, pick: u64, dur_ms: u64) -> (String, String) {
     let i = pick as usize % rep.data.len();
     let was = role(&rep.data[i]);
     let t0 = Instant::now();
-    rep.data[i].lock().expect("server").signal(libc::SIGSTOP);
+    let _ = rep.data[i].lock().expect("server").signal(libc::SIGSTOP);
     std::thread::sleep(Duration::from_millis(dur_ms));
-    rep.data[i].lock().expect("server").signal(libc::SIGCONT);
+    let _ = rep.data[i].lock().expect("server").signal(libc::SIGCONT);
     let was = match was {
         Role::Master(_) => "a master",
         Role::Replica(..) => "a replica",

@@ -7,7 +7,7 @@ use crate::clock::now_ns;
 use crate::history::Fault;
 use crate::proxy::Proxy;
 use crate::rng::Rng;
-use crate::servers::Server;
+use lock_testkit::Server;
 
 /// One kind of fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -204,6 +204,17 @@ pub struct Node {
     pub proxies: Vec<Proxy>,
 }
 
+/// `CLIENT KILL TYPE <kind>` (normal or pubsub); how many were killed.
+fn client_kill(server: &Server, kind: &str) -> redis::RedisResult<u64> {
+    server.admin(|con| {
+        redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg(kind)
+            .query::<u64>(con)
+    })
+}
+
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     tokio::task::spawn_blocking(f)
         .await
@@ -221,9 +232,9 @@ pub async fn apply(fault: &Planned, node: &Node) -> Fault {
     let server = node.server.clone();
     match fault.kind {
         Kind::Pause => {
-            server.lock().expect("server").signal(libc::SIGSTOP);
+            let _ = server.lock().expect("server").signal(libc::SIGSTOP);
             tokio::time::sleep(dur).await;
-            server.lock().expect("server").signal(libc::SIGCONT);
+            let _ = server.lock().expect("server").signal(libc::SIGCONT);
         }
         Kind::Restart => {
             let _ = blocking(move || server.lock().expect("server").restart(false)).await;
@@ -240,7 +251,7 @@ pub async fn apply(fault: &Planned, node: &Node) -> Fault {
             } else {
                 "pubsub"
             };
-            let _ = blocking(move || server.lock().expect("server").client_kill(kind)).await;
+            let _ = blocking(move || client_kill(&server.lock().expect("server"), kind)).await;
         }
         Kind::Delay => {
             proxies.iter().for_each(|p| p.delay(fault.param));

@@ -5,13 +5,14 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::checker::{self, Limits, Violation};
+use crate::checker;
 use crate::failover;
 use crate::faults::{self, Node};
 use crate::history::{Fault, History};
+use crate::index::{Limits, Violation};
 use crate::proxy::Proxy;
-use crate::servers::{Server, TempDir};
 use crate::topology::{self, Replicated, Topology};
+use lock_testkit::{ServerOptions, TempDir};
 
 /// Where the locks are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,12 +109,12 @@ async fn start_nodes(dir: &TempDir, n: usize, workers: u32) -> std::io::Result<V
     let mut nodes = Vec::new();
     for i in 0..n {
         let path = dir.path().join(format!("node{i}"));
-        let server = tokio::task::spawn_blocking(move || Server::start(path))
+        let server = tokio::task::spawn_blocking(move || ServerOptions::tcp().dir(path).start())
             .await
             .map_err(std::io::Error::other)??;
         let mut proxies = Vec::new();
         for _ in 0..workers {
-            proxies.push(Proxy::start(server.port).await?);
+            proxies.push(Proxy::start(server.port()).await?);
         }
         nodes.push(Arc::new(Node {
             name: format!("node{i}"),
@@ -224,7 +225,7 @@ pub async fn run(cfg: &RunConfig) -> std::io::Result<RunResult> {
         return run_replicated(cfg).await;
     }
     let redlock = cfg.mode == Mode::Redlock;
-    let dir = TempDir::new(cfg.mode.as_str())?;
+    let dir = TempDir::try_new(&format!("chaos-{}", cfg.mode.as_str()))?;
     let nodes = start_nodes(&dir, if redlock { 5 } else { 1 }, cfg.workers).await?;
     let mut children = Vec::new();
     for proc in 0..cfg.workers {
@@ -262,7 +263,7 @@ pub async fn run(cfg: &RunConfig) -> std::io::Result<RunResult> {
 /// Cluster or Sentinel: the servers, the workers (straight to the servers,
 /// no proxies), the faults one at a time; then the history.
 async fn run_replicated(cfg: &RunConfig) -> std::io::Result<RunResult> {
-    let dir = TempDir::new(cfg.mode.as_str())?;
+    let dir = TempDir::try_new(&format!("chaos-{}", cfg.mode.as_str()))?;
     let path = dir.path().to_owned();
     let topology = if cfg.mode == Mode::Cluster {
         Topology::Cluster

@@ -36,8 +36,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::checker::{Index, Limits, Violation};
 use crate::history::{Body, Call, Fault, LockKind, Outcome};
+use crate::index::{Index, Limits, Violation};
 use crate::plan::DEFAULT_WAITER_LEASE_MS;
 
 /// How much earlier A must have begun to wait than B for rule 9 to expect

@@ -3,10 +3,11 @@
 
 use std::time::Instant;
 
-use lock_chaos::checker::{self, Limits};
+use lock_chaos::checker;
 use lock_chaos::faults::{self, Kind, KINDS, REPLICATED_KINDS};
 use lock_chaos::harness::{self, Mode, RunConfig};
 use lock_chaos::history::History;
+use lock_chaos::index::Limits;
 use lock_chaos::report;
 use lock_chaos::worker::{self, WorkerArgs};
 

@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::checker::{Index, Limits, Violation};
 use crate::history::{Body, NestKind};
+use crate::index::{Index, Limits, Violation};
 
 /// Rule 5: two siblings joined on a held key are never inside their bodies
 /// at once.

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::checker::{Index, Limits, Violation};
 use crate::history::{Call, History, LockKind, NestKind, Outcome, Resume, OUTCOMES};
+use crate::index::{Index, Limits, Violation};
 use std::collections::HashMap;
 
 /// Milliseconds since `origin`, for reading.

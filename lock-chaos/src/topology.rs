@@ -5,11 +5,12 @@
 //! bounded; every process is a [`Server`], stopped by pid.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::servers::{free_cluster_port, free_port, Flavor, Server};
+use lock_testkit::cluster::{create_cluster, NODE_TIMEOUT_MS};
+use lock_testkit::replication::sentinel_monitor;
+use lock_testkit::{wait_until, Server, ServerOptions};
 
 /// The master name the sentinels monitor.
 pub const MASTER_NAME: &str = "chaos";
@@ -52,42 +53,22 @@ pub struct Replicated {
 /// How long the deployment may take to form, or to be whole again.
 pub const SETTLE_LIMIT: Duration = Duration::from_secs(20);
 
-/// Polls `f` every 20 ms until it is true or `limit` passed; whether it was.
-pub fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + limit;
-    loop {
-        if f() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn start(dir: &Path, name: &str, port: u16, flavor: Flavor) -> std::io::Result<Shared> {
-    let server = Server::start_as(dir.join(name), port, flavor)?;
+fn start(dir: &Path, name: &str, options: ServerOptions) -> std::io::Result<Shared> {
+    let server = options.dir(dir.join(name)).start()?;
     Ok(Arc::new(Mutex::new(server)))
 }
 
-/// The arguments of a data node: no delay before a diskless sync, and for
-/// a cluster node, cluster mode with a node timeout of 1 s.
+/// The arguments of a data node (beside a cluster node's own, which
+/// [`ServerOptions::cluster_node`] gives): no delay before a diskless sync,
+/// and for a cluster node, any replica may be promoted however long its
+/// link was down.
 pub fn data_args(topology: Topology, replica_of: Option<u16>) -> Vec<String> {
     let mut args = vec!["--repl-diskless-sync-delay".to_owned(), "0".to_owned()];
     if topology == Topology::Cluster {
-        for a in [
-            "--cluster-enabled",
-            "yes",
-            "--cluster-config-file",
-            "nodes.conf",
-            "--cluster-node-timeout",
-            "1000",
-            "--cluster-replica-validity-factor",
-            "0",
-        ] {
-            args.push(a.to_owned());
-        }
+        args.extend([
+            "--cluster-replica-validity-factor".to_owned(),
+            "0".to_owned(),
+        ]);
     }
     if let Some(port) = replica_of {
         args.extend(["--replicaof".to_owned(), "127.0.0.1".to_owned()]);
@@ -130,30 +111,18 @@ impl Replicated {
     pub fn cluster(dir: &Path) -> std::io::Result<Replicated> {
         let mut data = Vec::new();
         for i in 0..6 {
-            let args = data_args(Topology::Cluster, None);
-            data.push(start(
-                dir,
-                &format!("node{i}"),
-                free_cluster_port()?,
-                Flavor::Args(args),
-            )?);
+            let options = ServerOptions::tcp()
+                .cluster_node(NODE_TIMEOUT_MS)
+                .args(data_args(Topology::Cluster, None));
+            data.push(start(dir, &format!("node{i}"), options)?);
         }
         let rep = Replicated {
             topology: Topology::Cluster,
             data,
             sentinels: Vec::new(),
         };
-        let mut create = Command::new(crate::servers::cli_bin());
-        create.args(["--cluster", "create"]);
-        for port in rep.ports() {
-            create.arg(format!("127.0.0.1:{port}"));
-        }
-        let status = create
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()?;
-        if !status.success() || !rep.wait_settled(SETTLE_LIMIT) {
+        create_cluster(&rep.ports(), 1)?;
+        if !rep.wait_settled(SETTLE_LIMIT) {
             return Err(std::io::Error::other("the cluster did not form"));
         }
         Ok(rep)
@@ -165,20 +134,15 @@ impl Replicated {
     /// other sentinels.
     pub fn sentinel(dir: &Path) -> std::io::Result<Replicated> {
         let args = data_args(Topology::Sentinel, None);
-        let master = start(dir, "node0", free_port()?, Flavor::Args(args))?;
-        let port = master.lock().expect("server").port;
+        let master = start(dir, "node0", ServerOptions::tcp().args(args))?;
+        let port = master.lock().expect("server").port();
         let args = data_args(Topology::Sentinel, Some(port));
-        let replica = start(dir, "node1", free_port()?, Flavor::Args(args))?;
-        let conf = format!(
-            "sentinel monitor {MASTER_NAME} 127.0.0.1 {port} 2\n\
-             sentinel down-after-milliseconds {MASTER_NAME} 500\n\
-             sentinel failover-timeout {MASTER_NAME} 2000\n\
-             sentinel parallel-syncs {MASTER_NAME} 1\n"
-        );
+        let replica = start(dir, "node1", ServerOptions::tcp().args(args))?;
+        let conf = sentinel_monitor(MASTER_NAME, port, 2);
         let mut sentinels = Vec::new();
         for i in 0..3 {
-            let flavor = Flavor::Sentinel(conf.clone());
-            sentinels.push(start(dir, &format!("sentinel{i}"), free_port()?, flavor)?);
+            let options = ServerOptions::tcp().sentinel().config(&conf);
+            sentinels.push(start(dir, &format!("sentinel{i}"), options)?);
         }
         let rep = Replicated {
             topology: Topology::Sentinel,
@@ -219,7 +183,7 @@ impl Replicated {
     pub fn ports(&self) -> Vec<u16> {
         self.data
             .iter()
-            .map(|s| s.lock().expect("server").port)
+            .map(|s| s.lock().expect("server").port())
             .collect()
     }
 
@@ -282,7 +246,7 @@ impl Replicated {
 
     /// The replica of the master `i`, if one says so.
     pub fn replica_of(&self, i: usize) -> Option<usize> {
-        let port = self.data[i].lock().expect("server").port;
+        let port = self.data[i].lock().expect("server").port();
         (0..self.data.len())
             .find(|&r| matches!(role(&self.data[r]), Role::Replica(p, _) if p == port))
     }

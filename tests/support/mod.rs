@@ -1,188 +1,52 @@
-//! Test support: a real `redis-server` of our own, on a unix socket in a
-//! temporary directory, stopped by its pid.
+//! Test support: what the integration tests share beyond the servers
+//! (which `lock-testkit` starts): a unix-socket server with readers of the
+//! lock values, the two backends of a behaviour test, a racy counter, a
+//! lock holder, and the checks several deployment tests run.
 #![allow(dead_code)]
 
-pub mod sentinel;
-
-use std::ffi::OsString;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The server binary every test starts (plain servers, replicas,
-/// sentinels with `--sentinel`, cluster nodes): `LOCK_TEST_REDIS_SERVER`,
-/// or `redis-server` from PATH. `scripts/test.sh` points it at each server
-/// family in turn (Redis 7.0, Redis 6.2, Valkey).
-pub fn server_bin() -> OsString {
-    bin_from_env("LOCK_TEST_REDIS_SERVER", "redis-server")
-}
+use lock_runtime::{LockClient, LockError, LockOptions};
+use lock_testkit::{Server, ServerOptions};
+use tokio::sync::Notify;
 
-/// The client binary the tests run (`--cluster create`):
-/// `LOCK_TEST_REDIS_CLI`, or `redis-cli` from PATH.
-pub fn cli_bin() -> OsString {
-    bin_from_env("LOCK_TEST_REDIS_CLI", "redis-cli")
-}
-
-fn bin_from_env(var: &str, default: &str) -> OsString {
-    std::env::var_os(var)
-        .filter(|value| !value.is_empty())
-        .unwrap_or_else(|| default.into())
-}
-
-/// The panic message when `bin` cannot be started.
-pub fn not_startable(bin: &OsString) -> String {
-    format!(
-        "cannot start {}: install redis-server (scripts/test.sh installs it) or set \
-         LOCK_TEST_REDIS_SERVER / LOCK_TEST_REDIS_CLI",
-        bin.to_string_lossy()
-    )
-}
-
-/// A private directory under the system temp dir, removed on drop.
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    pub fn new(tag: &str) -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let path = std::env::temp_dir().join(format!("lock-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).expect("create temp dir");
-        TempDir(path)
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A redis-server process listening on a unix socket only.
+/// A redis-server of our own on a unix socket in a temporary directory
+/// (a [`Server`]), with readers of the lock values.
 pub struct RedisServer {
-    child: Option<Child>,
-    dir: TempDir,
-    socket: PathBuf,
-    /// Whether it loads and writes an RDB snapshot in its directory.
+    server: Server,
+    /// Whether a restart loads its last snapshot.
     persistent: bool,
 }
 
 impl RedisServer {
-    /// Starts a server and waits until it answers PING.
+    /// Starts a server and waits until it answers.
     pub fn start() -> RedisServer {
-        let dir = TempDir::new("redis");
-        let socket = dir.path().join("redis.sock");
-        let mut server = RedisServer {
-            child: None,
-            dir,
-            socket,
+        let server = ServerOptions::unix()
+            .start()
+            .unwrap_or_else(|e| panic!("{e}"));
+        RedisServer {
+            server,
             persistent: false,
-        };
-        server.spawn();
-        server
+        }
     }
 
     /// Starts a server that loads its RDB snapshot when restarted; take one
-    /// with [`RedisServer::snapshot`].
+    /// with [`Server::save`].
     pub fn start_persistent() -> RedisServer {
         let mut server = RedisServer::start();
         server.persistent = true;
         server
     }
 
-    /// Writes an RDB snapshot (`SAVE`): a restart brings this state back.
-    pub fn snapshot(&self) {
-        let _: () = redis::cmd("SAVE")
-            .query(&mut self.connection())
-            .expect("SAVE");
-    }
-
-    fn spawn(&mut self) {
-        if !self.persistent {
-            let _ = std::fs::remove_file(self.dir.path().join("dump.rdb"));
-        }
-        let bin = server_bin();
-        let child = Command::new(&bin)
-            .args(["--port", "0", "--save", "", "--appendonly", "no"])
-            .arg("--unixsocket")
-            .arg(&self.socket)
-            .args(["--unixsocketperm", "700"])
-            .arg("--dir")
-            .arg(self.dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("{}: {e}", not_startable(&bin)));
-        self.child = Some(child);
-        self.wait_ready();
-    }
-
-    fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(mut con) = self.try_connection() {
-                if redis::cmd("PING").query::<String>(&mut con).is_ok() {
-                    return;
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("redis-server did not answer within 10 s");
-    }
-
-    fn try_connection(&self) -> redis::RedisResult<redis::Connection> {
-        redis::Client::open(self.url())?.get_connection_with_timeout(Duration::from_secs(2))
-    }
-
-    /// The URL of the server's socket.
-    pub fn url(&self) -> String {
-        format!("unix://{}", self.socket.display())
-    }
-
-    /// A plain synchronous connection, to look at what the locks wrote.
-    pub fn connection(&self) -> redis::Connection {
-        self.try_connection().expect("connect to test redis")
-    }
-
-    /// Stops the server (SIGKILL by pid) and waits for it to exit.
-    pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_file(&self.socket);
-    }
-
-    /// Freezes the server (SIGSTOP by pid): it accepts nothing until resumed.
-    pub fn pause(&self) {
-        self.signal("-STOP");
-    }
-
-    /// Thaws a paused server (SIGCONT by pid).
-    pub fn resume(&self) {
-        self.signal("-CONT");
-    }
-
-    fn signal(&self, signal: &str) {
-        let pid = self.child.as_ref().expect("server running").id();
-        let status = Command::new("kill")
-            .arg(signal)
-            .arg(pid.to_string())
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill {signal} {pid}");
-    }
-
     /// Starts the server again on the same socket: empty, or from its last
     /// snapshot if it is persistent.
     pub fn restart(&mut self) {
-        self.stop();
-        self.spawn();
+        let from_dump = self.persistent;
+        self.server
+            .restart(from_dump)
+            .unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// The owner holding the lock `key` (full key) and its fence, if any:
@@ -204,45 +68,19 @@ impl RedisServer {
             .expect("GET");
         value.and_then(|value| parse_lock(&value))
     }
+}
 
-    /// How many times each command ran, from INFO commandstats.
-    pub fn command_calls(&self, command: &str) -> u64 {
-        let info: String = redis::cmd("INFO")
-            .arg("commandstats")
-            .query(&mut self.connection())
-            .expect("INFO commandstats");
-        let prefix = format!("cmdstat_{}:calls=", command.to_lowercase());
-        info.lines()
-            .find_map(|line| line.strip_prefix(&prefix))
-            .and_then(|rest| rest.split(',').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
-    }
+impl Deref for RedisServer {
+    type Target = Server;
 
-    /// How many client connections the server has, this one included.
-    pub fn connected_clients(&self) -> u64 {
-        let info: String = redis::cmd("INFO")
-            .arg("clients")
-            .query(&mut self.connection())
-            .expect("INFO clients");
-        info.lines()
-            .find_map(|line| line.strip_prefix("connected_clients:"))
-            .and_then(|n| n.trim().parse().ok())
-            .expect("connected_clients in INFO clients")
-    }
-
-    /// Resets INFO commandstats.
-    pub fn reset_stats(&self) {
-        let _: () = redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query(&mut self.connection())
-            .expect("CONFIG RESETSTAT");
+    fn deref(&self) -> &Server {
+        &self.server
     }
 }
 
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.stop();
+impl DerefMut for RedisServer {
+    fn deref_mut(&mut self) -> &mut Server {
+        &mut self.server
     }
 }
 
@@ -582,4 +420,53 @@ pub fn parse_lock(value: &str) -> Option<(u64, String, String)> {
     let owner = parts.next()?.to_owned();
     Some((fence, state, owner))
 }
-pub mod cluster;
+
+/// `a` holds `key` while `b` waits for it (wait 10 s, far below the 30 s
+/// lease, so only a release notice can let `b` in); `a` releases; `b` gets
+/// it within a few seconds of the release, then releases.
+pub async fn contention_with_wakeup(a: &LockClient, b: &LockClient, key: &str) {
+    let held = Arc::new(Notify::new());
+    let release = Arc::new(Notify::new());
+    let holder = {
+        let (a, key, held, release) = (a.clone(), key.to_owned(), held.clone(), release.clone());
+        tokio::spawn(async move {
+            a.run_locked(&key, LockOptions::new(), async {
+                held.notify_one();
+                release.notified().await;
+                Ok::<_, LockError>(())
+            })
+            .await
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(10), held.notified())
+        .await
+        .expect("the holder took the lock");
+    let waiter = {
+        let (b, key) = (b.clone(), key.to_owned());
+        tokio::spawn(async move {
+            let options = LockOptions::new().wait(Duration::from_secs(10));
+            b.run_locked(&key, options, async { Ok::<_, LockError>(Instant::now()) })
+                .await
+        })
+    };
+    // The waiter finds the lock held (and subscribes) before the release.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiter.is_finished(),
+        "the waiter got in while the lock was held"
+    );
+    let released = Instant::now();
+    release.notify_one();
+    holder
+        .await
+        .expect("holder task")
+        .expect("the holder released its lock");
+    let entered = waiter
+        .await
+        .expect("waiter task")
+        .expect("the waiter got the lock after the release");
+    assert!(
+        entered.duration_since(released) < Duration::from_secs(5),
+        "the waiter was not woken by the release"
+    );
+}

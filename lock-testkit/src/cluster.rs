@@ -1,123 +1,125 @@
-//! A Redis Cluster of our own: 6 redis-server processes on loopback ports
-//! (3 masters, a replica each), made with `redis-cli --cluster create`,
-//! stopped by pid.
+//! A Redis Cluster of our own: redis-server processes on loopback ports (3
+//! masters, and a replica each unless asked otherwise), made with
+//! `redis-cli --cluster create`, stopped by pid.
 
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU16, Ordering};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{cli_bin, not_startable, server_bin, TempDir};
+use crate::binaries::{cli_bin, not_startable};
+use crate::server::{Paused, Server, ServerOptions};
 
 /// Every wait on the cluster's state is bounded by this.
 const STATE_LIMIT: Duration = Duration::from_secs(30);
 
-/// One node's process.
-pub struct ClusterNode {
-    pub port: u16,
-    child: Option<Child>,
-}
+/// The cluster nodes' `cluster-node-timeout` (ms).
+pub const NODE_TIMEOUT_MS: u64 = 1000;
 
 /// The cluster: its nodes, in the order given to `--cluster create` (the
 /// first three start as masters).
 pub struct RedisCluster {
-    pub nodes: Vec<ClusterNode>,
-    _dir: TempDir,
+    /// The nodes.
+    pub nodes: Vec<Server>,
 }
 
-/// `n` free loopback ports whose cluster bus ports (+10000) are free too,
-/// both below the kernel's range for outgoing connections (32768 up), so
-/// that no client takes a bus port between the check and the start.
-fn free_ports(n: usize) -> Vec<u16> {
-    static NEXT: AtomicU16 = AtomicU16::new(0);
-    let base = 12000 + (std::process::id() % 250) as u16 * 32;
-    let mut ports = Vec::new();
-    for _ in 0..2000 {
-        if ports.len() == n {
-            break;
-        }
-        let port = 12000 + (base - 12000 + NEXT.fetch_add(1, Ordering::Relaxed)) % 10000;
-        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
-        if free(port) && free(port + 10000) {
-            ports.push(port);
-        }
+/// Makes the nodes on `ports` (loopback) a cluster with
+/// `redis-cli --cluster create`, the first ones masters and `replicas` a
+/// master.
+pub fn create_cluster(ports: &[u16], replicas: usize) -> std::io::Result<()> {
+    let cli = cli_bin();
+    let mut create = Command::new(&cli);
+    create.arg("--cluster").arg("create");
+    for port in ports {
+        create.arg(format!("127.0.0.1:{port}"));
     }
-    assert_eq!(ports.len(), n, "free loopback ports");
-    ports
+    let status = create
+        .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", not_startable(&cli))))?;
+    if !status.success() {
+        return Err(std::io::Error::other(format!(
+            "{} --cluster create failed",
+            cli.to_string_lossy()
+        )));
+    }
+    Ok(())
 }
 
 impl RedisCluster {
     /// Starts 6 nodes, makes them a cluster of 3 masters with a replica
-    /// each, and waits until every node says `cluster_state:ok`.
+    /// each, and waits until every node says `cluster_state:ok`; panics if
+    /// that fails.
     pub fn start() -> RedisCluster {
-        let dir = TempDir::new("cluster");
-        let ports = free_ports(6);
-        let nodes = ports
-            .iter()
-            .map(|&port| ClusterNode {
-                port,
-                child: Some(spawn(&dir, port)),
-            })
-            .collect();
-        let cluster = RedisCluster { nodes, _dir: dir };
-        for i in 0..cluster.nodes.len() {
-            cluster.wait_until(i, ping);
+        RedisCluster::try_start(1).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts 3 masters with `replicas` replicas each, makes them a
+    /// cluster, and waits until every node says `cluster_state:ok` and every
+    /// replica's link to its master is up.
+    pub fn try_start(replicas: usize) -> std::io::Result<RedisCluster> {
+        let nodes = (0..3 * (1 + replicas))
+            .map(|_| ServerOptions::tcp().cluster_node(NODE_TIMEOUT_MS).start())
+            .collect::<std::io::Result<Vec<Server>>>()?;
+        let cluster = RedisCluster { nodes };
+        let ports: Vec<u16> = cluster.nodes.iter().map(Server::port).collect();
+        create_cluster(&ports, replicas)?;
+        cluster.try_wait_ok()?;
+        if replicas > 0 {
+            for i in 0..cluster.nodes.len() {
+                cluster.try_wait_until(i, |con| {
+                    let replication = info(con, "replication");
+                    replication.contains("role:slave")
+                        && replication.contains("master_link_status:up")
+                        || replication.contains(&format!("connected_slaves:{replicas}"))
+                })?;
+            }
         }
-        let cli = cli_bin();
-        let mut create = Command::new(&cli);
-        create.arg("--cluster").arg("create");
-        for port in &ports {
-            create.arg(format!("127.0.0.1:{port}"));
-        }
-        let status = create
-            .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .unwrap_or_else(|e| panic!("{}: {e}", not_startable(&cli)));
-        assert!(status.success(), "redis-cli --cluster create");
-        cluster.wait_ok();
-        for i in 0..cluster.nodes.len() {
-            cluster.wait_until(i, |con| {
-                let replication = info(con, "replication");
-                replication.contains("role:slave") && replication.contains("master_link_status:up")
-                    || replication.contains("connected_slaves:1")
-            });
-        }
-        cluster
+        Ok(cluster)
     }
 
     /// Waits until every running node says `cluster_state:ok` (every slot
     /// served).
     pub fn wait_ok(&self) {
+        self.try_wait_ok().unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    fn try_wait_ok(&self) -> std::io::Result<()> {
         for i in 0..self.nodes.len() {
-            if self.nodes[i].child.is_some() {
-                self.wait_until(i, |con| {
+            if self.nodes[i].is_running() {
+                self.try_wait_until(i, |con| {
                     redis::cmd("CLUSTER")
                         .arg("INFO")
                         .query::<String>(con)
                         .is_ok_and(|info| info.contains("cluster_state:ok"))
-                });
+                })?;
             }
         }
+        Ok(())
     }
 
-    fn wait_until(&self, i: usize, mut f: impl FnMut(&mut redis::Connection) -> bool) {
+    fn try_wait_until(
+        &self,
+        i: usize,
+        mut f: impl FnMut(&mut redis::Connection) -> bool,
+    ) -> std::io::Result<()> {
         let deadline = Instant::now() + STATE_LIMIT;
         while Instant::now() < deadline {
             if let Ok(mut con) = self.try_connection(i) {
                 if f(&mut con) {
-                    return;
+                    return Ok(());
                 }
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("cluster node {i} not ready within {STATE_LIMIT:?}");
+        Err(std::io::Error::other(format!(
+            "cluster node {i} not ready within {STATE_LIMIT:?}"
+        )))
     }
 
     /// The URL of node `i`.
     pub fn url(&self, i: usize) -> String {
-        format!("redis://127.0.0.1:{}/", self.nodes[i].port)
+        self.nodes[i].url()
     }
 
     /// Every node's URL.
@@ -147,7 +149,7 @@ impl RedisCluster {
 
     /// Whether node `i` is a master now.
     pub fn is_master(&self, i: usize) -> bool {
-        self.nodes[i].child.is_some()
+        self.nodes[i].is_running()
             && self
                 .try_connection(i)
                 .map(|mut con| info(&mut con, "replication").contains("role:master"))
@@ -202,11 +204,11 @@ impl RedisCluster {
 
     /// A replica (running) of master `master`.
     pub fn replica_of(&self, master: usize) -> usize {
-        let of_master = format!("master_port:{}", self.nodes[master].port);
+        let of_master = format!("master_port:{}", self.nodes[master].port());
         (0..self.nodes.len())
             .find(|&i| {
                 i != master
-                    && self.nodes[i].child.is_some()
+                    && self.nodes[i].is_running()
                     && self
                         .try_connection(i)
                         .map(|mut con| info(&mut con, "replication").contains(&of_master))
@@ -267,7 +269,7 @@ impl RedisCluster {
         ) else {
             return false;
         };
-        let Some(master) = self.nodes.iter().position(|n| n.port.to_string() == port) else {
+        let Some(master) = self.nodes.iter().position(|n| n.port().to_string() == port) else {
             return false;
         };
         let Ok(mut master_con) = self.try_connection(master) else {
@@ -278,85 +280,19 @@ impl RedisCluster {
 
     fn any_running(&self) -> usize {
         (0..self.nodes.len())
-            .find(|&i| self.nodes[i].child.is_some())
+            .find(|&i| self.nodes[i].is_running())
             .expect("a running node")
     }
 
     /// Kills node `i` (SIGKILL by pid).
     pub fn kill(&mut self, i: usize) {
-        if let Some(mut child) = self.nodes[i].child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Sends `signal` (`-STOP`, `-CONT`) to node `i` by pid.
-    pub fn signal(&self, i: usize, signal: &str) {
-        let pid = self.nodes[i].child.as_ref().expect("node running").id();
-        let status = Command::new("kill")
-            .arg(signal)
-            .arg(pid.to_string())
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill {signal} {pid}");
+        self.nodes[i].stop();
     }
 
     /// Freezes node `i` until the guard is dropped (SIGSTOP, then SIGCONT).
-    pub fn pause(&self, i: usize) -> Paused<'_> {
-        self.signal(i, "-STOP");
-        Paused { cluster: self, i }
+    pub fn pause(&self, i: usize) -> Paused {
+        self.nodes[i].pause()
     }
-}
-
-/// A frozen node; thawed on drop, also when the test panics.
-pub struct Paused<'a> {
-    cluster: &'a RedisCluster,
-    i: usize,
-}
-
-impl Drop for Paused<'_> {
-    fn drop(&mut self) {
-        self.cluster.signal(self.i, "-CONT");
-    }
-}
-
-impl Drop for RedisCluster {
-    fn drop(&mut self) {
-        for node in &mut self.nodes {
-            if let Some(mut child) = node.child.take() {
-                // A frozen node does not die of SIGKILL before SIGCONT on
-                // every kernel; thaw it first.
-                let _ = Command::new("kill")
-                    .arg("-CONT")
-                    .arg(child.id().to_string())
-                    .status();
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
-    }
-}
-
-fn spawn(dir: &TempDir, port: u16) -> Child {
-    let node_dir = dir.path().join(port.to_string());
-    std::fs::create_dir_all(&node_dir).expect("node dir");
-    let bin = server_bin();
-    Command::new(&bin)
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-        .args(["--cluster-enabled", "yes"])
-        .args(["--cluster-config-file", "nodes.conf"])
-        .args(["--cluster-node-timeout", "1000"])
-        .args(["--save", "", "--appendonly", "no"])
-        .arg("--dir")
-        .arg(&node_dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{}: {e}", not_startable(&bin)))
-}
-
-fn ping(con: &mut redis::Connection) -> bool {
-    redis::cmd("PING").query::<String>(con).is_ok()
 }
 
 /// `INFO section`, or empty if the node does not answer.

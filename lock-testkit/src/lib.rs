@@ -1,0 +1,31 @@
+//! The workspace's one way to start test servers: `redis-server` processes
+//! (or the binary `LOCK_TEST_REDIS_SERVER` names) on loopback TCP ports or
+//! unix sockets, each in a temporary directory of its own, stopped by pid
+//! (also on drop). Single nodes ([`Server`], [`ServerOptions`]), TLS
+//! ([`Certs`]), replicas and sentinels ([`replication`]), and clusters
+//! ([`cluster`]). The integration tests, `lock-chaos` and `lock-bench` use
+//! it; it is not published.
+//!
+//! A child process is started with no parent-death signal: a server lives
+//! until it is stopped, dropped, or the test process exits and its drop
+//! runs. Constructors that return `std::io::Result` are for the tools; the
+//! shortcuts that panic ([`Server::tcp`], [`Server::tls`],
+//! [`replication::Sentinels::start`], [`cluster::RedisCluster::start`]...)
+//! are for tests.
+#![warn(missing_docs)]
+
+mod binaries;
+pub mod cluster;
+mod dir;
+mod ports;
+pub mod replication;
+mod server;
+mod tls;
+mod wait;
+
+pub use binaries::{cli_bin, not_startable, server_bin};
+pub use dir::TempDir;
+pub use ports::{free_cluster_port, free_port};
+pub use server::{Paused, Server, ServerOptions};
+pub use tls::Certs;
+pub use wait::wait_until;

@@ -2,6 +2,7 @@
 //! temporary directory, stopped by its pid.
 #![allow(dead_code)]
 
+pub mod executor;
 pub mod sentinel;
 
 use std::ffi::OsString;

@@ -1,10 +1,13 @@
 //! The shared kinds' scripts (a hash at the lock's key, see
 //! docs/redis-layout.md "Lock kinds"), called directly on a real
-//! redis-server, and how the exclusive scripts meet them.
+//! redis-server and on the embedded backend's keyspace (each test runs on
+//! both, see `both!`), and how the exclusive scripts meet them.
 mod support;
 
-use redis::{Connection, Script, Value};
-use support::RedisServer;
+use std::time::Duration;
+
+use redis::{Script, Value};
+use support::executor::Executor;
 
 const KEY: &str = "lock:kinds";
 const LONG: u64 = 30_000;
@@ -45,7 +48,7 @@ fn answer(value: Value) -> Answer {
 }
 
 /// A shared kind's acquire: `kind` is `r`, `p` (with `count`) or `q`.
-fn take(con: &mut Connection, owner: &str, kind: &str, count: u32, lease: u64) -> Answer {
+fn take(con: &mut Executor, owner: &str, kind: &str, count: u32, lease: u64) -> Answer {
     let value = script("shared_acquire")
         .key(KEY)
         .arg(owner)
@@ -58,12 +61,7 @@ fn take(con: &mut Connection, owner: &str, kind: &str, count: u32, lease: u64) -
     answer(value)
 }
 
-fn try_take(
-    con: &mut Connection,
-    owner: &str,
-    kind: &str,
-    count: u32,
-) -> redis::RedisResult<Value> {
+fn try_take(con: &mut Executor, owner: &str, kind: &str, count: u32) -> redis::RedisResult<Value> {
     script("shared_acquire")
         .key(KEY)
         .arg(owner)
@@ -74,7 +72,7 @@ fn try_take(
         .invoke(con)
 }
 
-fn write(con: &mut Connection, owner: &str) -> Answer {
+fn write(con: &mut Executor, owner: &str) -> Answer {
     let value = script("acquire")
         .key(KEY)
         .arg(owner)
@@ -84,7 +82,7 @@ fn write(con: &mut Connection, owner: &str) -> Answer {
     answer(value)
 }
 
-fn give_back(con: &mut Connection, name: &str, owner: &str) -> i64 {
+fn give_back(con: &mut Executor, name: &str, owner: &str) -> i64 {
     script(name)
         .key(KEY)
         .arg(owner)
@@ -94,8 +92,8 @@ fn give_back(con: &mut Connection, name: &str, owner: &str) -> i64 {
         .expect("release")
 }
 
-fn publishes(server: &RedisServer) -> u64 {
-    server.command_calls("publish")
+fn publishes(x: &mut Executor) -> u64 {
+    x.command_calls("publish")
 }
 
 fn token(answer: &Answer) -> i64 {
@@ -105,21 +103,18 @@ fn token(answer: &Answer) -> i64 {
     }
 }
 
-#[test]
-fn readers_share_and_each_keeps_its_own_lease() {
-    let server = RedisServer::start();
-    let mut con = server.connection();
+fn readers_share_and_each_keeps_its_own_lease(x: &mut Executor) {
     assert!(matches!(
-        take(&mut con, "r:1", "r", 0, 300),
+        take(x, "r:1", "r", 0, 300),
         Answer::Shared(_, true)
     ));
     assert!(matches!(
-        take(&mut con, "r:2", "r", 0, LONG),
+        take(x, "r:2", "r", 0, LONG),
         Answer::Shared(_, true)
     ));
     // The short reader's share ends at its own lease; the other one's
     // holds on, and a renewal finds only that one.
-    std::thread::sleep(std::time::Duration::from_millis(600));
+    x.pass(Duration::from_millis(600));
     let renewed: Vec<i64> = script("renew")
         .key(KEY)
         .key(KEY)
@@ -127,77 +122,59 @@ fn readers_share_and_each_keeps_its_own_lease() {
         .arg(LONG)
         .arg("r:2")
         .arg(LONG)
-        .invoke(&mut con)
+        .invoke(x)
         .expect("renew.lua");
     assert_eq!(renewed, vec![0, 1]);
-    assert!(matches!(write(&mut con, "w:1"), Answer::Queued(_)));
-    assert_eq!(give_back(&mut con, "shared_release", "r:2"), 1);
-    assert!(matches!(write(&mut con, "w:1"), Answer::Token(_)));
+    assert!(matches!(write(x, "w:1"), Answer::Queued(_)));
+    assert_eq!(give_back(x, "shared_release", "r:2"), 1);
+    assert!(matches!(write(x, "w:1"), Answer::Token(_)));
 }
 
-#[test]
-fn a_waiting_writer_holds_new_readers_back_until_it_has_had_its_turn() {
-    let server = RedisServer::start();
-    let mut con = server.connection();
-    server.reset_stats();
-    token(&take(&mut con, "r:1", "r", 0, LONG));
+fn a_waiting_writer_holds_new_readers_back_until_it_has_had_its_turn(x: &mut Executor) {
+    x.reset_stats();
+    token(&take(x, "r:1", "r", 0, LONG));
     // The writer waits, and keeps a claim: a new reader waits behind it.
-    assert!(matches!(write(&mut con, "w:1"), Answer::Queued(ttl) if ttl > 20_000));
-    assert!(matches!(
-        take(&mut con, "r:2", "r", 0, LONG),
-        Answer::Held(_)
-    ));
+    assert!(matches!(write(x, "w:1"), Answer::Queued(ttl) if ttl > 20_000));
+    assert!(matches!(take(x, "r:2", "r", 0, LONG), Answer::Held(_)));
     // The last reader's release announces; the writer takes it.
-    assert_eq!(give_back(&mut con, "shared_release", "r:1"), 1);
-    assert_eq!(publishes(&server), 1);
-    let written = token(&write(&mut con, "w:1"));
-    assert!(matches!(
-        take(&mut con, "r:2", "r", 0, LONG),
-        Answer::Held(_)
-    ));
+    assert_eq!(give_back(x, "shared_release", "r:1"), 1);
+    assert_eq!(publishes(x), 1);
+    let written = token(&write(x, "w:1"));
+    assert!(matches!(take(x, "r:2", "r", 0, LONG), Answer::Held(_)));
     // The writer's release announces to the readers refused meanwhile.
-    assert_eq!(give_back(&mut con, "release", "w:1"), 1);
-    assert_eq!(publishes(&server), 2);
-    let read = token(&take(&mut con, "r:2", "r", 0, LONG));
+    assert_eq!(give_back(x, "release", "w:1"), 1);
+    assert_eq!(publishes(x), 2);
+    let read = token(&take(x, "r:2", "r", 0, LONG));
     assert!(
         read > written,
         "tokens rise across kinds: {read} > {written}"
     );
 }
 
-#[test]
-fn a_writer_that_gives_up_lets_the_readers_in_at_once() {
-    let server = RedisServer::start();
-    let mut con = server.connection();
-    token(&take(&mut con, "r:1", "r", 0, LONG));
-    assert!(matches!(write(&mut con, "w:1"), Answer::Queued(_)));
-    assert!(matches!(
-        take(&mut con, "r:2", "r", 0, LONG),
-        Answer::Held(_)
-    ));
+fn a_writer_that_gives_up_lets_the_readers_in_at_once(x: &mut Executor) {
+    token(&take(x, "r:1", "r", 0, LONG));
+    assert!(matches!(write(x, "w:1"), Answer::Queued(_)));
+    assert!(matches!(take(x, "r:2", "r", 0, LONG), Answer::Held(_)));
     // Its withdrawal is a release of its owner id: nothing was held.
-    assert_eq!(give_back(&mut con, "release", "w:1"), -1);
+    assert_eq!(give_back(x, "release", "w:1"), -1);
     assert!(matches!(
-        take(&mut con, "r:2", "r", 0, LONG),
+        take(x, "r:2", "r", 0, LONG),
         Answer::Shared(_, true)
     ));
 }
 
-#[test]
-fn permits_admit_at_most_their_count_each_with_its_own_lease() {
-    let server = RedisServer::start();
-    let mut con = server.connection();
+fn permits_admit_at_most_their_count_each_with_its_own_lease(x: &mut Executor) {
     assert!(matches!(
-        take(&mut con, "p:1", "p", 2, 300),
+        take(x, "p:1", "p", 2, 300),
         Answer::Shared(_, true)
     ));
     assert!(matches!(
-        take(&mut con, "p:2", "p", 2, LONG),
+        take(x, "p:2", "p", 2, LONG),
         Answer::Shared(_, false)
     ));
-    assert!(matches!(take(&mut con, "p:3", "p", 2, LONG), Answer::Held(ttl) if ttl <= 300));
+    assert!(matches!(take(x, "p:3", "p", 2, LONG), Answer::Held(ttl) if ttl <= 300));
     // Another count on the live key is another lock: refused, both named.
-    let error = try_take(&mut con, "p:4", "p", 3).expect_err("another count");
+    let error = try_take(x, "p:4", "p", 3).expect_err("another count");
     assert_eq!(error.code(), Some("LOCKKIND"), "{error}");
     let text = error.to_string();
     assert!(
@@ -205,58 +182,39 @@ fn permits_admit_at_most_their_count_each_with_its_own_lease() {
         "{text}"
     );
     // The first holder dies: its permit frees at its own lease.
-    std::thread::sleep(std::time::Duration::from_millis(600));
+    x.pass(Duration::from_millis(600));
     assert!(matches!(
-        take(&mut con, "p:3", "p", 2, LONG),
+        take(x, "p:3", "p", 2, LONG),
         Answer::Shared(_, false)
     ));
-    assert!(matches!(
-        take(&mut con, "p:4", "p", 2, LONG),
-        Answer::Held(_)
-    ));
+    assert!(matches!(take(x, "p:4", "p", 2, LONG), Answer::Held(_)));
 }
 
-#[test]
-fn a_fair_line_serves_in_arrival_order_and_names_the_next_waiter() {
-    let server = RedisServer::start();
-    let mut con = server.connection();
-    token(&take(&mut con, "a:1", "q", 0, LONG));
-    assert!(matches!(
-        take(&mut con, "b:1", "q", 0, LONG),
-        Answer::Queued(_)
-    ));
-    assert!(matches!(
-        take(&mut con, "c:1", "q", 0, LONG),
-        Answer::Queued(_)
-    ));
-    let mut sub = server.connection();
-    let mut pubsub = sub.as_pubsub();
-    pubsub.subscribe(KEY).expect("SUBSCRIBE");
-    assert_eq!(give_back(&mut con, "shared_release", "a:1"), 1);
-    let message = pubsub.get_message().expect("notice");
-    let payload: String = message.get_payload().expect("payload");
-    assert_eq!(payload, ">b:1");
+fn a_fair_line_serves_in_arrival_order_and_names_the_next_waiter(x: &mut Executor) {
+    token(&take(x, "a:1", "q", 0, LONG));
+    assert!(matches!(take(x, "b:1", "q", 0, LONG), Answer::Queued(_)));
+    assert!(matches!(take(x, "c:1", "q", 0, LONG), Answer::Queued(_)));
+    let mut notices = x.subscribe(KEY);
+    assert_eq!(give_back(x, "shared_release", "a:1"), 1);
+    assert_eq!(notices.next(), ">b:1");
     // c comes first after the release, and still waits for b.
-    assert!(matches!(
-        take(&mut con, "c:1", "q", 0, LONG),
-        Answer::Queued(_)
-    ));
-    token(&take(&mut con, "b:1", "q", 0, LONG));
+    assert!(matches!(take(x, "c:1", "q", 0, LONG), Answer::Queued(_)));
+    token(&take(x, "b:1", "q", 0, LONG));
     // A plain lock does not pass the line.
     let error = script("acquire")
         .key(KEY)
         .arg("x:1")
         .arg(LONG)
-        .invoke::<Value>(&mut con)
+        .invoke::<Value>(x)
         .expect_err("a plain lock on a fair key");
     assert_eq!(error.code(), Some("LOCKKIND"), "{error}");
-    assert_eq!(give_back(&mut con, "shared_release", "b:1"), 1);
-    token(&take(&mut con, "c:1", "q", 0, LONG));
+    assert_eq!(give_back(x, "shared_release", "b:1"), 1);
+    token(&take(x, "c:1", "q", 0, LONG));
 }
 
 /// A fair caller's refusal: when to ask again (ms) and the holder's lease
 /// left (ms, 0 when nobody holds the lock).
-fn fair_wait(con: &mut Connection, owner: &str) -> (i64, i64) {
+fn fair_wait(con: &mut Executor, owner: &str) -> (i64, i64) {
     let value = try_take(con, owner, "q", 0).expect("shared acquire.lua");
     match value {
         Value::Array(items) => match items.as_slice() {
@@ -267,36 +225,27 @@ fn fair_wait(con: &mut Connection, owner: &str) -> (i64, i64) {
     }
 }
 
-#[test]
-fn a_fair_waiter_learns_the_holders_lease_beside_when_to_ask_again() {
-    let server = RedisServer::start();
-    let mut con = server.connection();
-    token(&take(&mut con, "a:1", "q", 0, LONG));
+fn a_fair_waiter_learns_the_holders_lease_beside_when_to_ask_again(x: &mut Executor) {
+    token(&take(x, "a:1", "q", 0, LONG));
     // The first waiter asks again at the holder's expiry.
-    let (retry, holder) = fair_wait(&mut con, "b:1");
+    let (retry, holder) = fair_wait(x, "b:1");
     assert!(retry > LONG as i64 - 1000, "{retry}");
     assert!(holder > LONG as i64 - 1000, "{holder}");
     // The second one at the place ahead's (its waiter lease), should b's
     // process die; the holder still has its own 30 s.
-    let (retry, holder) = fair_wait(&mut con, "c:1");
+    let (retry, holder) = fair_wait(x, "c:1");
     assert!(retry <= WAITER as i64, "{retry}");
     assert!(holder > LONG as i64 - 1000, "{holder}");
     // Nobody holds it: b goes first, and the lease left is 0.
-    assert_eq!(give_back(&mut con, "shared_release", "a:1"), 1);
-    let (retry, holder) = fair_wait(&mut con, "c:1");
+    assert_eq!(give_back(x, "shared_release", "a:1"), 1);
+    let (retry, holder) = fair_wait(x, "c:1");
     assert!(retry <= WAITER as i64, "{retry}");
     assert_eq!(holder, 0);
 }
 
-#[test]
-fn a_fair_waiter_that_gives_up_or_stops_asking_leaves_the_line() {
-    let server = RedisServer::start();
-    let mut con = server.connection();
-    token(&take(&mut con, "a:1", "q", 0, LONG));
-    assert!(matches!(
-        take(&mut con, "b:1", "q", 0, LONG),
-        Answer::Queued(_)
-    ));
+fn a_fair_waiter_that_gives_up_or_stops_asking_leaves_the_line(x: &mut Executor) {
+    token(&take(x, "a:1", "q", 0, LONG));
+    assert!(matches!(take(x, "b:1", "q", 0, LONG), Answer::Queued(_)));
     // c's place lives 300 ms without a heartbeat.
     let queued: Value = script("shared_acquire")
         .key(KEY)
@@ -305,66 +254,53 @@ fn a_fair_waiter_that_gives_up_or_stops_asking_leaves_the_line() {
         .arg("q")
         .arg(300)
         .arg(0)
-        .invoke(&mut con)
+        .invoke(x)
         .expect("acquire");
     assert!(matches!(answer(queued), Answer::Queued(_)));
-    assert!(matches!(
-        take(&mut con, "d:1", "q", 0, LONG),
-        Answer::Queued(_)
-    ));
+    assert!(matches!(take(x, "d:1", "q", 0, LONG), Answer::Queued(_)));
     // b gives up; c stops asking.
-    assert_eq!(give_back(&mut con, "shared_release", "b:1"), -1);
-    std::thread::sleep(std::time::Duration::from_millis(600));
-    assert_eq!(give_back(&mut con, "shared_release", "a:1"), 1);
-    token(&take(&mut con, "d:1", "q", 0, LONG));
+    assert_eq!(give_back(x, "shared_release", "b:1"), -1);
+    x.pass(Duration::from_millis(600));
+    assert_eq!(give_back(x, "shared_release", "a:1"), 1);
+    token(&take(x, "d:1", "q", 0, LONG));
 }
 
-#[test]
-fn kinds_that_cannot_share_a_key_are_refused_while_it_is_live() {
-    let server = RedisServer::start();
-    let mut con = server.connection();
-    let plain = token(&write(&mut con, "x:1"));
+fn kinds_that_cannot_share_a_key_are_refused_while_it_is_live(x: &mut Executor) {
+    let plain = token(&write(x, "x:1"));
     for (kind, count) in [("p", 3), ("q", 0)] {
-        let error = try_take(&mut con, "y:1", kind, count).expect_err("plain is live");
+        let error = try_take(x, "y:1", kind, count).expect_err("plain is live");
         assert_eq!(error.code(), Some("LOCKKIND"), "{error}");
     }
     // A reader waits for a writer, and marks it waited for.
-    assert!(matches!(
-        take(&mut con, "r:1", "r", 0, LONG),
-        Answer::Held(_)
-    ));
-    assert_eq!(give_back(&mut con, "release", "x:1"), 1);
+    assert!(matches!(take(x, "r:1", "r", 0, LONG), Answer::Held(_)));
+    assert_eq!(give_back(x, "release", "x:1"), 1);
     // Free: any kind takes the key, with a larger token.
-    let permit = token(&take(&mut con, "p:1", "p", 3, LONG));
+    let permit = token(&take(x, "p:1", "p", 3, LONG));
     assert!(permit > plain);
     let error = script("acquire")
         .key(KEY)
         .arg("x:2")
         .arg(LONG)
-        .invoke::<Value>(&mut con)
+        .invoke::<Value>(x)
         .expect_err("permits are live");
     assert!(error.to_string().contains("permits = 3"), "{error}");
-    assert_eq!(give_back(&mut con, "shared_release", "p:1"), 1);
-    let again = token(&write(&mut con, "x:2"));
+    assert_eq!(give_back(x, "shared_release", "p:1"), 1);
+    let again = token(&write(x, "x:2"));
     assert!(again > permit);
-    let inspected: Vec<String> = script("inspect")
-        .key(KEY)
-        .invoke(&mut con)
-        .expect("inspect");
+    let inspected: Vec<String> = script("inspect").key(KEY).invoke(x).expect("inspect");
     assert_eq!(inspected[2], "x:2");
 }
 
-fn fields(con: &mut Connection) -> Vec<String> {
-    let mut names: Vec<String> = redis::cmd("HKEYS").arg(KEY).query(con).expect("HKEYS");
+fn fields(con: &mut Executor) -> Vec<String> {
+    // HGETALL: field, value, field, value...
+    let all: Vec<String> = redis::cmd("HGETALL").arg(KEY).query(con).expect("HGETALL");
+    let mut names: Vec<String> = all.into_iter().step_by(2).collect();
     names.sort();
     names
 }
 
-#[test]
-fn a_waiter_whose_place_lapsed_takes_a_new_one_rather_than_hang() {
-    let server = RedisServer::start();
-    let mut con = server.connection();
-    token(&take(&mut con, "a:1", "q", 0, LONG));
+fn a_waiter_whose_place_lapsed_takes_a_new_one_rather_than_hang(x: &mut Executor) {
+    token(&take(x, "a:1", "q", 0, LONG));
     let lapsing: Value = script("shared_acquire")
         .key(KEY)
         .arg("b:1")
@@ -372,89 +308,79 @@ fn a_waiter_whose_place_lapsed_takes_a_new_one_rather_than_hang() {
         .arg("q")
         .arg(200)
         .arg(0)
-        .invoke(&mut con)
+        .invoke(x)
         .expect("acquire");
     assert!(matches!(answer(lapsing), Answer::Queued(_)));
     // b was paused past its waiter lease: c is first now.
-    std::thread::sleep(std::time::Duration::from_millis(400));
-    assert!(matches!(
-        take(&mut con, "c:1", "q", 0, LONG),
-        Answer::Queued(_)
-    ));
+    x.pass(Duration::from_millis(400));
+    assert!(matches!(take(x, "c:1", "q", 0, LONG), Answer::Queued(_)));
     // b asks again: a new ticket, behind c; it is served after c.
-    assert!(matches!(
-        take(&mut con, "b:1", "q", 0, LONG),
-        Answer::Queued(_)
-    ));
-    assert_eq!(give_back(&mut con, "shared_release", "a:1"), 1);
-    assert!(matches!(
-        take(&mut con, "b:1", "q", 0, LONG),
-        Answer::Queued(_)
-    ));
-    token(&take(&mut con, "c:1", "q", 0, LONG));
-    assert_eq!(give_back(&mut con, "shared_release", "c:1"), 1);
-    token(&take(&mut con, "b:1", "q", 0, LONG));
+    assert!(matches!(take(x, "b:1", "q", 0, LONG), Answer::Queued(_)));
+    assert_eq!(give_back(x, "shared_release", "a:1"), 1);
+    assert!(matches!(take(x, "b:1", "q", 0, LONG), Answer::Queued(_)));
+    token(&take(x, "c:1", "q", 0, LONG));
+    assert_eq!(give_back(x, "shared_release", "c:1"), 1);
+    token(&take(x, "b:1", "q", 0, LONG));
 }
 
-#[test]
-fn nothing_of_a_line_or_of_holders_outlives_them() {
-    let server = RedisServer::start();
-    let mut con = server.connection();
-    token(&take(&mut con, "a:1", "q", 0, LONG));
+fn nothing_of_a_line_or_of_holders_outlives_them(x: &mut Executor) {
+    token(&take(x, "a:1", "q", 0, LONG));
     for waiter in ["b:1", "c:1", "d:1"] {
-        assert!(matches!(
-            take(&mut con, waiter, "q", 0, LONG),
-            Answer::Queued(_)
-        ));
+        assert!(matches!(take(x, waiter, "q", 0, LONG), Answer::Queued(_)));
     }
-    assert_eq!(give_back(&mut con, "shared_release", "c:1"), -1);
-    assert_eq!(give_back(&mut con, "shared_release", "a:1"), 1);
-    token(&take(&mut con, "b:1", "q", 0, LONG));
-    assert_eq!(give_back(&mut con, "shared_release", "b:1"), 1);
-    token(&take(&mut con, "d:1", "q", 0, LONG));
-    assert_eq!(give_back(&mut con, "shared_release", "d:1"), 1);
+    assert_eq!(give_back(x, "shared_release", "c:1"), -1);
+    assert_eq!(give_back(x, "shared_release", "a:1"), 1);
+    token(&take(x, "b:1", "q", 0, LONG));
+    assert_eq!(give_back(x, "shared_release", "b:1"), 1);
+    token(&take(x, "d:1", "q", 0, LONG));
+    assert_eq!(give_back(x, "shared_release", "d:1"), 1);
     // The line is gone; what is left is the kind, the fence and the
     // counter, and the key ends with the last lease.
-    assert_eq!(fields(&mut con), ["f", "k", "qt"]);
-    let pttl: i64 = redis::cmd("PTTL").arg(KEY).query(&mut con).expect("PTTL");
+    assert_eq!(fields(x), ["f", "k", "qt"]);
+    let pttl: i64 = redis::cmd("PTTL").arg(KEY).query(x).expect("PTTL");
     assert!(pttl > 0 && pttl <= LONG as i64, "{pttl}");
     // Readers with short leases: the key ends with them, nothing lingers.
-    redis::cmd("DEL")
-        .arg(KEY)
-        .query::<()>(&mut con)
-        .expect("DEL");
-    token(&take(&mut con, "r:1", "r", 0, 200));
-    token(&take(&mut con, "r:2", "r", 0, 300));
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    let exists: i64 = redis::cmd("EXISTS")
-        .arg(KEY)
-        .query(&mut con)
-        .expect("EXISTS");
+    redis::cmd("DEL").arg(KEY).query::<()>(x).expect("DEL");
+    token(&take(x, "r:1", "r", 0, 200));
+    token(&take(x, "r:2", "r", 0, 300));
+    x.pass(Duration::from_millis(500));
+    let exists: i64 = redis::cmd("EXISTS").arg(KEY).query(x).expect("EXISTS");
     assert_eq!(exists, 0, "the key outlived its holders");
 }
 
-#[test]
-fn a_reader_behind_a_writers_claim_is_told_to_try_when_the_claim_would_lapse() {
-    let server = RedisServer::start();
-    let mut con = server.connection();
-    token(&take(&mut con, "r:1", "r", 0, LONG));
+fn a_reader_behind_a_writers_claim_is_told_to_try_when_the_claim_would_lapse(x: &mut Executor) {
+    token(&take(x, "r:1", "r", 0, LONG));
     // The writer's claim lives 300 ms unless renewed.
     let queued: Value = script("acquire")
         .key(KEY)
         .arg("w:1")
         .arg(LONG)
         .arg(300)
-        .invoke(&mut con)
+        .invoke(x)
         .expect("acquire.lua");
     assert!(matches!(answer(queued), Answer::Queued(_)));
-    let Answer::Held(ttl) = take(&mut con, "r:2", "r", 0, LONG) else {
+    let Answer::Held(ttl) = take(x, "r:2", "r", 0, LONG) else {
         panic!("a reader behind the claim waits");
     };
     assert!(ttl <= 300, "told to wait {ttl} ms, past the claim's end");
     // The writer died: its claim lapses, and the reader gets in.
-    std::thread::sleep(std::time::Duration::from_millis(400));
+    x.pass(Duration::from_millis(400));
     assert!(matches!(
-        take(&mut con, "r:2", "r", 0, LONG),
+        take(x, "r:2", "r", 0, LONG),
         Answer::Shared(_, true)
     ));
 }
+
+both!(
+    readers_share_and_each_keeps_its_own_lease,
+    a_waiting_writer_holds_new_readers_back_until_it_has_had_its_turn,
+    a_writer_that_gives_up_lets_the_readers_in_at_once,
+    permits_admit_at_most_their_count_each_with_its_own_lease,
+    a_fair_line_serves_in_arrival_order_and_names_the_next_waiter,
+    a_fair_waiter_learns_the_holders_lease_beside_when_to_ask_again,
+    a_fair_waiter_that_gives_up_or_stops_asking_leaves_the_line,
+    kinds_that_cannot_share_a_key_are_refused_while_it_is_live,
+    a_waiter_whose_place_lapsed_takes_a_new_one_rather_than_hang,
+    nothing_of_a_line_or_of_holders_outlives_them,
+    a_reader_behind_a_writers_claim_is_told_to_try_when_the_claim_would_lapse,
+);

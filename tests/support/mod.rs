@@ -4,6 +4,8 @@
 //! lock holder, and the checks several deployment tests run.
 #![allow(dead_code)]
 
+pub mod executor;
+
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -8,8 +8,9 @@
 //!
 //! Time is the caller's: each command runs at the `now` it is given (one
 //! reading for a whole script, as Redis does). A key past its expiry is
-//! gone for every command; keys nobody reads again are dropped by
-//! [`Keyspace::expire_due`], which each call runs first.
+//! gone for every command; as in Redis, a key lives through the millisecond
+//! of its expiry (`PTTL` 0) and is gone after it. Keys nobody reads again
+//! are dropped by [`Keyspace::expire_due`], which each call runs first.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
@@ -89,7 +90,7 @@ impl Keyspace {
         let now = self.now_ms();
         // Bounded: each round pops one entry.
         while let Some(Reverse((at, _))) = self.expiries.peek() {
-            if *at > now {
+            if *at >= now {
                 break;
             }
             let Some(Reverse((at, key))) = self.expiries.pop() else {
@@ -101,13 +102,15 @@ impl Keyspace {
         }
     }
 
-    /// The live entry of `key`, dropping it if it has expired.
+    /// The live entry of `key`, dropping it if its expiry has passed (a key
+    /// lives through the millisecond of its expiry, as in Redis, whose keys
+    /// expire when the time is past it).
     fn live(&mut self, key: &[u8]) -> Option<&mut Entry> {
         let now = self.now_ms();
         if self
             .entries
             .get(key)
-            .is_some_and(|e| e.expires.is_some_and(|at| at <= now))
+            .is_some_and(|e| e.expires.is_some_and(|at| at < now))
         {
             self.entries.remove(key);
         }
@@ -456,7 +459,7 @@ impl Keyspace {
     fn expire_all(&mut self) {
         let now = self.now_ms();
         self.entries
-            .retain(|_, e| e.expires.is_none_or(|at| at > now));
+            .retain(|_, e| e.expires.is_none_or(|at| at >= now));
     }
 
     /// Every live key with what it holds and its expiry (ms on this clock),
@@ -511,6 +514,28 @@ mod tests {
             run(&mut ks, "TYPE k"),
             Ok(Value::SimpleString("none".into()))
         );
+    }
+
+    #[test]
+    fn a_key_lives_through_the_millisecond_of_its_expiry() {
+        let mut ks = Keyspace::default();
+        ks.set_now(1_000_000_000);
+        run(&mut ks, "SET k v PX 100").unwrap();
+        run(&mut ks, "HSET h f v").unwrap();
+        run(&mut ks, "PEXPIRE h 100").unwrap();
+        // At the expiry's millisecond, as Redis answers (a key expires when
+        // the time is past its expiry): there, 0 ms left.
+        ks.set_now(1_000_100_000);
+        ks.expire_due();
+        assert_eq!(run(&mut ks, "PTTL k"), Ok(Value::Int(0)));
+        assert_eq!(run(&mut ks, "GET k"), Ok(Value::BulkString(b"v".to_vec())));
+        assert_eq!(run(&mut ks, "EXISTS h"), Ok(Value::Int(1)));
+        assert_eq!(ks.dump().len(), 2);
+        // A millisecond later, gone.
+        ks.set_now(1_000_101_000);
+        assert_eq!(run(&mut ks, "PTTL k"), Ok(Value::Int(-2)));
+        ks.expire_due();
+        assert_eq!(ks.entries.len(), 0);
     }
 
     #[test]

@@ -16,7 +16,7 @@
 //! keyspaces apart at its keys, the embedded one takes the server's state
 //! there (counted as "resynchronised").
 //!
-//! `LOCK_DIFF_SEED` (default 1) and `LOCK_DIFF_STEPS` (default 500) choose
+//! `LOCK_DIFF_SEED` (default 1) and `LOCK_DIFF_STEPS` (default 1000) choose
 //! the sequence; the figures are printed at the end.
 mod support;
 
@@ -192,14 +192,14 @@ impl Generator {
             self.modes[k] = self.mode();
         }
         let key = KEYS[k].to_owned();
-        match self.rng.range(0, 99) {
-            0..=3 => Call::Sleep(self.rng.range(100, 400)),
-            4..=54 => self.acquire(k, key),
-            55..=71 => self.release(key),
-            72..=80 => self.renew(),
-            81..=85 => self.fence(key, now_us),
-            86..=93 => script("inspect", vec![key], Vec::new()),
-            94..=97 => {
+        match self.rng.range(0, 999) {
+            0..=39 => Call::Sleep(self.rng.range(100, 400)),
+            40..=544 => self.acquire(k, key),
+            545..=714 => self.release(key),
+            715..=804 => self.renew(),
+            805..=854 => self.fence(key, now_us),
+            855..=934 => script("inspect", vec![key], Vec::new()),
+            935..=994 => {
                 let client = (*self.rng.pick(&CLIENTS)).to_owned();
                 script("force_unlock", vec![key], vec![client])
             }
@@ -288,7 +288,8 @@ impl Generator {
         } else {
             format!("L1:{}:h:c9:9", MAX_FENCE + 1)
         };
-        let args = vec!["SET".into(), key.clone(), value, "PX".into(), self.lease()];
+        let lease = self.rng.range(200, 400).to_string();
+        let args = vec!["SET".into(), key.clone(), value, "PX".into(), lease];
         Call::Raw { key, args }
     }
 }
@@ -705,6 +706,8 @@ struct Figures {
     resynced: u64,
     sleeps: u64,
     largest: Largest,
+    /// Compared steps by script and kind of answer.
+    answers: BTreeMap<String, u64>,
 }
 
 /// One seeded run against one server.
@@ -770,6 +773,11 @@ impl Run {
             self.figures
                 .largest
                 .merge(&check.largest, tol_us - MARGIN_US);
+            let class = format!("{name} {}", class(&server.answer));
+            *self.figures.answers.entry(class).or_default() += 1;
+            if !server.published.is_empty() {
+                *self.figures.answers.entry("(notices)".into()).or_default() += 1;
+            }
         } else {
             panic!("{}", self.describe(call, &server, &embedded, &keys, tol_us));
         }
@@ -832,13 +840,37 @@ fn apart_keys(
     keys.into_iter()
         .filter(|key| match (server.get(*key), embedded.get(*key)) {
             (Some(a), Some(b)) => !check.stored(a, b),
-            (Some(only), None) | (None, Some(only)) => !only
+            (Some(only), None) | (None, Some(only)) => only
                 .expires
-                .is_some_and(|at| (at - now_ms).abs() < BOUNDARY_MS),
+                .is_none_or(|at| (at - now_ms).abs() >= BOUNDARY_MS),
             (None, None) => false,
         })
         .cloned()
         .collect()
+}
+
+/// A kind of answer, for the run's tally: a token, a refusal (`-2 - ttl`),
+/// a kept place (`{-2 - ttl}`), a number, an error's code.
+fn class(answer: &Value) -> String {
+    match answer {
+        Value::Int(n) if *n > 1 => "token".into(),
+        Value::Int(n) if *n < -1 => "refused".into(),
+        Value::Int(n) => n.to_string(),
+        Value::Array(items) => match items.first() {
+            Some(Value::Int(n)) if *n > 1 => "granted".into(),
+            Some(Value::Int(n)) if *n < -1 => "queued".into(),
+            Some(Value::BulkString(_)) => "state".into(),
+            None => "empty".into(),
+            Some(_) => "array".into(),
+        },
+        Value::ServerError(error) => match error.details() {
+            Some(details) if details.contains("no fencing token left") => {
+                format!("{} (no token left)", error.code())
+            }
+            _ => error.code().to_owned(),
+        },
+        other => format!("{other:?}"),
+    }
 }
 
 /// The server's family and version, from INFO server.
@@ -868,7 +900,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 #[test]
 fn the_embedded_executor_answers_every_script_call_as_redis_server_does() {
     let seed = env_u64("LOCK_DIFF_SEED", 1);
-    let steps = env_u64("LOCK_DIFF_STEPS", 500);
+    let steps = env_u64("LOCK_DIFF_STEPS", 1000);
     let server = RedisServer::start();
     let name = server_name(&mut server.connection());
     let mut run = Run {
@@ -900,5 +932,6 @@ fn the_embedded_executor_answers_every_script_call_as_redis_server_does() {
         f.largest.ms,
         f.largest.round_trip_us,
     );
+    println!("compared answers: {:?}", f.answers);
     assert_eq!(f.compared + f.near, f.steps);
 }

@@ -16,8 +16,15 @@
 //! keyspaces apart at its keys, the embedded one takes the server's state
 //! there (counted as "resynchronised").
 //!
+//! Time passes by real sleeps (the server's clock cannot be moved), so the
+//! run stays short: leases of 200-1500 ms, and now and then a sleep of
+//! 100-400 ms that lets holders and waiters expire.
+//!
 //! `LOCK_DIFF_SEED` (default 1) and `LOCK_DIFF_STEPS` (default 1000) choose
-//! the sequence; the figures are printed at the end.
+//! the sequence; the figures are printed at the end (`--nocapture`), and
+//! `LOCK_DIFF_VERBOSE=1` also prints each step near a boundary that left
+//! the keyspaces apart. A difference fails the test with the seed, the
+//! step, the call, both answers and both keyspaces at its keys.
 mod support;
 
 use std::collections::{BTreeMap, HashMap};

@@ -558,13 +558,21 @@ fn expiries(stored: &Stored) -> Vec<i64> {
 }
 
 /// Whether an expiry at `keys`, in either keyspace as the last step left
-/// it, lies within [`BOUNDARY_MS`] of `now_ms`.
-fn near_boundary(before: [&Snapshot; 2], keys: &[String], now_ms: i64) -> bool {
+/// it, lies within `window(key)` ms of `now_ms`.
+fn near_boundary(
+    before: [&Snapshot; 2],
+    keys: &[String],
+    now_ms: i64,
+    window: impl Fn(&str) -> i64,
+) -> bool {
     before.iter().any(|snapshot| {
-        keys.iter()
-            .filter_map(|key| snapshot.get(key))
-            .flat_map(expiries)
-            .any(|exp| (exp - now_ms).abs() < BOUNDARY_MS)
+        keys.iter().any(|key| {
+            snapshot.get(key).is_some_and(|stored| {
+                expiries(stored)
+                    .into_iter()
+                    .any(|exp| (exp - now_ms).abs() < window(key))
+            })
+        })
     })
 }
 
@@ -726,6 +734,11 @@ struct Run {
     /// Both keyspaces as the last step left them: server, embedded.
     before: [Snapshot; 2],
     last_time_us: i64,
+    /// Per key, the largest tolerance (µs) of the steps that wrote it since
+    /// it was last absent on both sides: what a step writes may derive from
+    /// what an earlier one wrote (a kept token, an entry's expiry that
+    /// becomes the key's), so that step's tolerance carries over.
+    carried: HashMap<String, i64>,
 }
 
 impl Run {
@@ -743,16 +756,24 @@ impl Run {
         self.step(&call);
     }
 
+    /// The tolerance at `key` for a step of tolerance `tol_us`: its own
+    /// plus what the key carries.
+    fn tol_at(&self, key: &str, tol_us: i64) -> i64 {
+        tol_us + self.carried.get(key).copied().unwrap_or(0)
+    }
+
     fn step(&mut self, call: &Call) {
         let cmd = call.cmd(&self.sides.shas);
         let (time_us, round_trip, server) = self.sides.server_step(&cmd);
         let embedded = self.sides.embedded_step(time_us, &cmd);
         let keys = call.keys();
         let now_ms = time_us / 1000;
-        let near = near_boundary([&self.before[0], &self.before[1]], &keys, now_ms);
         let tol_us = i64::try_from(round_trip.as_micros()).unwrap_or(i64::MAX) + MARGIN_US;
+        let window = |key: &str| BOUNDARY_MS.max((self.tol_at(key, tol_us) + 999) / 1000);
+        let near = near_boundary([&self.before[0], &self.before[1]], &keys, now_ms, window);
+        let answer_tol = keys.iter().map(|key| self.tol_at(key, tol_us)).max();
         let mut check = Check {
-            tol_us,
+            tol_us: answer_tol.unwrap_or(tol_us),
             largest: Largest::default(),
         };
         let name = match call {
@@ -761,7 +782,8 @@ impl Run {
         };
         let agree = check.answers(name, &server.answer, &embedded.answer)
             && check.published(&server.published, &embedded.published);
-        let mut apart = apart_keys(&mut check, &server.keys, &embedded.keys, now_ms);
+        let tol_at = |key: &str| self.tol_at(key, tol_us);
+        let mut apart = apart_keys(&mut check, [&server.keys, &embedded.keys], now_ms, tol_at);
         let mut embedded_keys = embedded.keys.clone();
         if near {
             self.figures.near += 1;
@@ -794,6 +816,12 @@ impl Run {
                 self.describe(call, &server, &embedded, &apart, tol_us)
             );
         }
+        for key in &keys {
+            let carried = self.carried.entry(key.clone()).or_default();
+            *carried = (*carried).max(tol_us);
+        }
+        self.carried
+            .retain(|key, _| server.keys.contains_key(key) || embedded_keys.contains_key(key));
         self.before = [server.keys, embedded_keys];
         self.last_time_us = time_us;
     }
@@ -809,7 +837,7 @@ impl Run {
     ) -> String {
         let mut text = format!(
             "the embedded executor differs from redis-server: seed {}, step {}: {call}\n\
-             (tolerance for what comes from TIME: {tol_us} µs)\n\
+             (the step's tolerance for what comes from TIME: {tol_us} µs)\n\
              server answer:   {:?}\nembedded answer: {:?}\n\
              server published:   {:?}\nembedded published: {:?}\n",
             self.seed,
@@ -821,8 +849,10 @@ impl Run {
         );
         for key in keys {
             text.push_str(&format!(
-                "{key} before the step: server {:?}, embedded {:?}\n\
+                "{key} carries a tolerance of {} µs from the steps that wrote it\n\
+                 {key} before the step: server {:?}, embedded {:?}\n\
                  {key} after the step:  server {:?}, embedded {:?}\n",
+                self.carried.get(key).copied().unwrap_or(0),
                 self.before[0].get(key),
                 self.before[1].get(key),
                 server.keys.get(key),
@@ -833,24 +863,29 @@ impl Run {
     }
 }
 
-/// The keys whose states differ after a step (a key present on one side
-/// only is no difference when its expiry is within [`BOUNDARY_MS`]).
+/// The keys whose states differ after a step, each compared within
+/// `tol_at(key)` µs (a key present on one side only is no difference when
+/// its expiry is within [`BOUNDARY_MS`], or that tolerance, of `now_ms`).
 fn apart_keys(
     check: &mut Check,
-    server: &Snapshot,
-    embedded: &Snapshot,
+    [server, embedded]: [&Snapshot; 2],
     now_ms: i64,
+    tol_at: impl Fn(&str) -> i64,
 ) -> Vec<String> {
     let mut keys: Vec<&String> = server.keys().chain(embedded.keys()).collect();
     keys.sort();
     keys.dedup();
     keys.into_iter()
-        .filter(|key| match (server.get(*key), embedded.get(*key)) {
-            (Some(a), Some(b)) => !check.stored(a, b),
-            (Some(only), None) | (None, Some(only)) => only
-                .expires
-                .is_none_or(|at| (at - now_ms).abs() >= BOUNDARY_MS),
-            (None, None) => false,
+        .filter(|key| {
+            check.tol_us = tol_at(key);
+            let window = BOUNDARY_MS.max((check.tol_us + 999) / 1000);
+            match (server.get(*key), embedded.get(*key)) {
+                (Some(a), Some(b)) => !check.stored(a, b),
+                (Some(only), None) | (None, Some(only)) => {
+                    only.expires.is_none_or(|at| (at - now_ms).abs() >= window)
+                }
+                (None, None) => false,
+            }
         })
         .cloned()
         .collect()
@@ -917,6 +952,7 @@ fn the_embedded_executor_answers_every_script_call_as_redis_server_does() {
         figures: Figures::default(),
         before: [Snapshot::new(), Snapshot::new()],
         last_time_us: 0,
+        carried: HashMap::new(),
     };
     let started = Instant::now();
     // Bounded: each round is a step or a sleep, and a run has at most

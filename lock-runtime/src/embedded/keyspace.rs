@@ -59,6 +59,13 @@ pub(super) struct Keyspace {
     pub calls: BTreeMap<String, u64>,
 }
 
+/// Whether a key that expires at `at` is gone at `now` (both in ms): as on
+/// Redis, only once `now` is past it; in the millisecond of its expiry it
+/// still answers, with a PTTL of 0.
+fn expired(at: u64, now: u64) -> bool {
+    now > at
+}
+
 /// An argument as an integer, as Redis parses one.
 fn integer(arg: &[u8]) -> Result<i64, String> {
     std::str::from_utf8(arg)
@@ -90,7 +97,7 @@ impl Keyspace {
         let now = self.now_ms();
         // Bounded: each round pops one entry.
         while let Some(Reverse((at, _))) = self.expiries.peek() {
-            if *at >= now {
+            if !expired(*at, now) {
                 break;
             }
             let Some(Reverse((at, key))) = self.expiries.pop() else {
@@ -110,7 +117,7 @@ impl Keyspace {
         if self
             .entries
             .get(key)
-            .is_some_and(|e| e.expires.is_some_and(|at| at < now))
+            .is_some_and(|e| e.expires.is_some_and(|at| expired(at, now)))
         {
             self.entries.remove(key);
         }
@@ -459,7 +466,7 @@ impl Keyspace {
     fn expire_all(&mut self) {
         let now = self.now_ms();
         self.entries
-            .retain(|_, e| e.expires.is_none_or(|at| at >= now));
+            .retain(|_, e| e.expires.is_none_or(|at| !expired(at, now)));
     }
 
     /// Every live key with what it holds and its expiry (ms on this clock),
@@ -517,25 +524,24 @@ mod tests {
     }
 
     #[test]
-    fn a_key_lives_through_the_millisecond_of_its_expiry() {
+    fn a_key_lives_through_the_millisecond_of_its_expiry_as_on_redis() {
+        // Redis counts a key expired when now > its expiry: in that very
+        // millisecond it still answers, with a PTTL of 0.
         let mut ks = Keyspace::default();
         ks.set_now(1_000_000_000);
         run(&mut ks, "SET k v PX 100").unwrap();
-        run(&mut ks, "HSET h f v").unwrap();
+        run(&mut ks, "HSET h a 1").unwrap();
         run(&mut ks, "PEXPIRE h 100").unwrap();
-        // At the expiry's millisecond, as Redis answers (a key expires when
-        // the time is past its expiry): there, 0 ms left.
-        ks.set_now(1_000_100_000);
+        ks.set_now(1_000_100_999);
         ks.expire_due();
         assert_eq!(run(&mut ks, "PTTL k"), Ok(Value::Int(0)));
         assert_eq!(run(&mut ks, "GET k"), Ok(Value::BulkString(b"v".to_vec())));
-        assert_eq!(run(&mut ks, "EXISTS h"), Ok(Value::Int(1)));
-        assert_eq!(ks.dump().len(), 2);
-        // A millisecond later, gone.
+        assert_eq!(ks.dump().len(), 2, "both keys live at their expiry's ms");
         ks.set_now(1_000_101_000);
+        assert_eq!(run(&mut ks, "GET k"), Ok(Value::Nil));
         assert_eq!(run(&mut ks, "PTTL k"), Ok(Value::Int(-2)));
         ks.expire_due();
-        assert_eq!(ks.entries.len(), 0);
+        assert!(ks.entries.is_empty(), "both gone a millisecond later");
     }
 
     #[test]

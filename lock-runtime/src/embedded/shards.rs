@@ -63,20 +63,26 @@ impl Shards {
 
     /// Runs one command at `now_us`.
     pub(super) fn execute(&self, args: &[&[u8]], now_us: u64) -> Outcome {
-        let name = args
-            .first()
-            .copied()
-            .unwrap_or_default()
-            .to_ascii_lowercase();
+        let raw = args.first().copied().unwrap_or_default();
+        // Lowercased on the stack: this runs for every call.
+        let mut buffer = [0u8; 16];
+        let name: &[u8] = match buffer.get_mut(..raw.len()) {
+            Some(lower) => {
+                lower.copy_from_slice(raw);
+                lower.make_ascii_lowercase();
+                lower
+            }
+            None => raw,
+        };
         let rest = args.get(1..).unwrap_or_default();
-        match (name.as_slice(), rest) {
+        match (name, rest) {
             (b"evalsha" | b"eval", [_, numkeys, tail @ ..]) => {
                 let n = std::str::from_utf8(numkeys)
                     .ok()
                     .and_then(|n| n.parse::<usize>().ok())
                     .unwrap_or(0);
                 let keys = tail.get(..n).unwrap_or_default();
-                self.on_keys(keys, now_us, |engine| self.script(engine, &name, rest))
+                self.on_keys(keys, now_us, |engine| self.script(engine, name, rest))
             }
             (b"script", [sub, source]) if sub.eq_ignore_ascii_case(b"load") => {
                 (self.load(source, now_us), Vec::new())
@@ -155,6 +161,19 @@ impl Shards {
         now_us: u64,
         f: impl FnOnce(&mut Engine) -> Reply,
     ) -> Outcome {
+        let one = keys.first().map_or(0, |k| shard_of(k));
+        if keys.iter().skip(1).all(|k| shard_of(k) == one) {
+            // One shard: nothing moves (every script of a lock call).
+            let mut engine = self.lock(one);
+            {
+                let mut keyspace = engine.keyspace();
+                keyspace.set_now(now_us);
+                keyspace.expire_due();
+            }
+            let reply = f(&mut engine);
+            let published = std::mem::take(&mut engine.keyspace().published);
+            return (reply, published);
+        }
         let mut shards: Vec<usize> = keys.iter().map(|k| shard_of(k)).collect();
         shards.sort_unstable();
         shards.dedup();

@@ -139,7 +139,10 @@ impl LockClientBuilder {
         let urls = urls.iter().map(|u| (*u).to_owned()).collect();
         self.connect_to(Target::Cluster(urls)).await
     }
+}
 
+/// The embedded backend.
+impl LockClientBuilder {
     /// The embedded backend: every lock kind inside this process, on a
     /// keyspace of its own, decided by the same Lua scripts the Redis
     /// deployments send (run in an embedded Lua 5.1; see the deployments

@@ -179,7 +179,10 @@ impl Keyspace {
             }
         }
     }
+}
 
+/// The string commands and the expiries.
+impl Keyspace {
     /// GET, TYPE, PTTL and HGETALL.
     fn read(&mut self, name: &str, rest: &[&[u8]]) -> Reply {
         let [key] = rest else {
@@ -318,7 +321,10 @@ impl Keyspace {
         }
         Ok(Value::Int(1))
     }
+}
 
+/// The hash commands.
+impl Keyspace {
     /// HGET, HSET (several pairs) and HDEL (several fields; an emptied hash
     /// is deleted).
     fn hash(&mut self, name: &str, rest: &[&[u8]]) -> Reply {
@@ -388,7 +394,10 @@ impl Keyspace {
             }
         }
     }
+}
 
+/// TIME, what only the test door sends, and moving keys between shards.
+impl Keyspace {
     /// TIME: seconds and microseconds, as two strings.
     fn time(&self) -> Value {
         let (s, us) = (self.now_us / 1_000_000, self.now_us % 1_000_000);

@@ -22,7 +22,7 @@ mod shards;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::{Cmd, FromRedisValue, PushInfo, PushKind, RedisError, RedisFuture, Value};
+use redis::{Cmd, FromRedisValue, PushInfo, PushKind, RedisError, Value};
 use tokio::time::Instant;
 
 pub use door::{EmbeddedConnection, PublishedLog, StoredValue};
@@ -35,7 +35,7 @@ use crate::route::node::evalsha;
 use crate::route::{Lane, Notices, Route, ScriptCall};
 
 /// What a client on an embedded keyspace is told of each message published
-/// there (see [`crate::connect::push_handler`]).
+/// there (see [`crate::subscriptions::push_handler`]).
 type Listener = dyn Fn(PushInfo) + Send + Sync;
 
 /// An in-memory keyspace that runs the lock scripts: the embedded backend's
@@ -210,40 +210,13 @@ impl EmbeddedBackend {
     }
 }
 
-/// A connection of the embedded backend, as the route's `EVALSHA` path
-/// (`route::node::evalsha`) uses one.
-struct Local<'a>(&'a EmbeddedKeyspace);
-
-impl redis::aio::ConnectionLike for Local<'_> {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        let reply = self.0.execute_cmd(cmd);
-        Box::pin(std::future::ready(Ok(reply)))
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        _pipeline: &'a redis::Pipeline,
-        _offset: usize,
-        _count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        Box::pin(std::future::ready(Err(RedisError::from((
-            redis::ErrorKind::Client,
-            "the embedded backend takes no pipelines",
-        )))))
-    }
-
-    fn get_db(&self) -> i64 {
-        0
-    }
-}
-
 impl Route for EmbeddedBackend {
     async fn run<T: FromRedisValue + Send>(
         &self,
         _lane: &Lane,
         call: &ScriptCall<'_>,
     ) -> Result<T, RedisError> {
-        evalsha(call.script, &call.cmd, &mut Local(&self.keyspace)).await
+        evalsha(call.script, &call.cmd, &mut self.keyspace.connection()).await
     }
 
     fn sync(&self) -> Option<ReplicaSync> {
@@ -255,7 +228,7 @@ impl Route for EmbeddedBackend {
         call: ScriptCall<'_>,
         _undo: Option<Cmd>,
     ) -> Result<(Value, usize), RedisError> {
-        let answer = evalsha(call.script, &call.cmd, &mut Local(&self.keyspace)).await?;
+        let answer = evalsha(call.script, &call.cmd, &mut self.keyspace.connection()).await?;
         Ok((answer, 0))
     }
 

@@ -151,7 +151,10 @@ impl Shards {
         }
         Ok(reply)
     }
+}
 
+/// Where a command runs: one shard, several, or all in turn.
+impl Shards {
     /// Runs `f` on the shard of `keys` (the first shard when there are
     /// none), with every key of another shard moved in for the time it
     /// runs.

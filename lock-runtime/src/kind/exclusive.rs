@@ -1,8 +1,8 @@
 //! The exclusive lock (layout 1, see `docs/redis-layout.md`): its scripts,
 //! its operations as script calls (its acquire and release run through
 //! `calls.rs`, as every kind's do), and how their answers read, written
-//! once for every route that runs scripts (one node, Sentinel, Cluster; a
-//! Redlock node is one node). Its renewal, fence and the operator's
+//! once for every route that runs scripts (one node, Sentinel, Cluster,
+//! the embedded backend; a Redlock node is one node). Its renewal, fence and the operator's
 //! scripts serve the shared kinds too: they read both shapes of a key.
 
 use std::sync::LazyLock;

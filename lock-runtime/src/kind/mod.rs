@@ -1,7 +1,7 @@
 //! Lock kinds: what each kind keeps in Redis, its scripts and how their
-//! answers read, its operations, and the same kinds in memory. A kind
-//! knows nothing of deployments: it asks a route (`crate::route`) to run
-//! its script calls.
+//! answers read, and its operations. A kind knows nothing of deployments:
+//! it asks a route (`crate::route`) to run its script calls, and the same
+//! scripts run on every route, the embedded backend's included.
 
 pub(crate) mod admin;
 mod answers;

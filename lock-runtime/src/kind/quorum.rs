@@ -1,4 +1,5 @@
-//! The exclusive lock's quorum rules on Redlock: how the answers of N
+//! The quorum rules on Redlock (the exclusive lock and readers; which
+//! kinds Redlock refuses): how the answers of N
 //! independent masters combine (see `route/redlock.rs` for how each
 //! operation reaches every node).
 //!

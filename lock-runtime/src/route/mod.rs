@@ -1,6 +1,7 @@
 //! Where a lock kind's script calls run: one Redis node, the master found
 //! through Sentinel, the slot's master on Redis Cluster, or each of a
-//! quorum of independent masters (Redlock). Which of them a client has is
+//! quorum of independent masters (Redlock); the embedded backend
+//! (`crate::embedded`) is a route too. Which of them a client has is
 //! `crate::backend`'s business.
 //!
 //! A route knows nothing of lock kinds. It answers: which connection runs a

@@ -54,7 +54,7 @@ pub struct Executor {
 
 enum On {
     Redis {
-        server: RedisServer,
+        server: Box<RedisServer>,
         con: redis::Connection,
     },
     Embedded {
@@ -70,7 +70,10 @@ impl Executor {
     pub fn redis() -> Executor {
         let server = RedisServer::start();
         let con = server.connection();
-        Executor::on(On::Redis { server, con })
+        Executor::on(On::Redis {
+            server: Box::new(server),
+            con,
+        })
     }
 
     /// An empty embedded keyspace whose clock moves only by

@@ -26,6 +26,6 @@ mod wait;
 pub use binaries::{cli_bin, not_startable, server_bin};
 pub use dir::TempDir;
 pub use ports::{free_cluster_port, free_port};
-pub use server::{Paused, Server, ServerOptions};
+pub use server::{calls_in, Paused, Server, ServerOptions};
 pub use tls::Certs;
 pub use wait::wait_until;

@@ -404,12 +404,7 @@ impl Server {
             .arg("commandstats")
             .query(&mut self.connection())
             .expect("INFO commandstats");
-        let prefix = format!("cmdstat_{}:calls=", command.to_lowercase());
-        info.lines()
-            .find_map(|line| line.strip_prefix(&prefix))
-            .and_then(|rest| rest.split(',').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
+        calls_in(&info, command)
     }
 
     /// How many client connections the server has, this one included.
@@ -538,4 +533,15 @@ fn connect(url: &str) -> redis::Connection {
 /// The server, or a panic that says why it did not start.
 pub(crate) fn started(server: std::io::Result<Server>) -> Server {
     server.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// How many times `command` ran, read from the text of `INFO commandstats`
+/// (0 when it is not there).
+pub fn calls_in(info: &str, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{}:calls=", command.to_lowercase());
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
 }

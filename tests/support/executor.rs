@@ -169,12 +169,7 @@ impl Executor {
             .arg("commandstats")
             .query(self)
             .expect("INFO commandstats");
-        let prefix = format!("cmdstat_{}:calls=", command.to_lowercase());
-        info.lines()
-            .find_map(|line| line.strip_prefix(&prefix))
-            .and_then(|rest| rest.split(',').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(0)
+        lock_testkit::calls_in(&info, command)
     }
 
     /// Resets the command counts (`CONFIG RESETSTAT`).

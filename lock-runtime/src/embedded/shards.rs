@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use redis::Value;
 
-use super::keyspace::{Published, Reply};
+use super::keyspace::{Keyspace, Published, Reply};
 use super::lua::Engine;
 use crate::route::cluster::slot_of;
 
@@ -226,29 +226,13 @@ impl Shards {
     /// and lists added up, the first error.
     fn on_all(&self, args: &[&[u8]], now_us: u64) -> Reply {
         let mut total: Option<Value> = None;
-        for i in 0..SHARDS {
-            if self.engines[i].get().is_none() {
-                continue;
-            }
-            let engine = self.lock(i);
-            let mut keyspace = engine.keyspace();
-            keyspace.set_now(now_us);
-            let reply = keyspace.command(args)?;
-            total = Some(match (total, reply) {
-                (Some(Value::Int(a)), Value::Int(b)) => Value::Int(a + b),
-                (Some(Value::Array(mut a)), Value::Array(b)) => {
-                    a.extend(b);
-                    Value::Array(a)
-                }
-                (
-                    Some(Value::VerbatimString { format, text: a }),
-                    Value::VerbatimString { text: b, .. },
-                ) => Value::VerbatimString {
-                    format,
-                    text: merge_stats(&a, &b),
-                },
-                (_, reply) => reply,
-            });
+        let mut error = None;
+        self.each(now_us, |keyspace| match keyspace.command(args) {
+            Err(e) => error = error.take().or(Some(e)),
+            Ok(reply) => total = Some(sum(total.take(), reply)),
+        });
+        if let Some(error) = error {
+            return Err(error);
         }
         match total {
             Some(total) => Ok(total),
@@ -262,6 +246,12 @@ impl Shards {
     /// What every shard holds, for the test door.
     pub(super) fn dump(&self, now_us: u64) -> Vec<super::keyspace::Dumped> {
         let mut all = Vec::new();
+        self.each(now_us, |keyspace| all.extend(keyspace.dump()));
+        all
+    }
+
+    /// Runs `f` on the keyspace of every shard made so far, one at a time.
+    fn each(&self, now_us: u64, mut f: impl FnMut(&mut Keyspace)) {
         for i in 0..SHARDS {
             if self.engines[i].get().is_none() {
                 continue;
@@ -269,9 +259,27 @@ impl Shards {
             let engine = self.lock(i);
             let mut keyspace = engine.keyspace();
             keyspace.set_now(now_us);
-            all.extend(keyspace.dump());
+            f(&mut keyspace);
         }
-        all
+    }
+}
+
+/// Two shards' answers to one command as one.
+fn sum(total: Option<Value>, reply: Value) -> Value {
+    match (total, reply) {
+        (Some(Value::Int(a)), Value::Int(b)) => Value::Int(a + b),
+        (Some(Value::Array(mut a)), Value::Array(b)) => {
+            a.extend(b);
+            Value::Array(a)
+        }
+        (
+            Some(Value::VerbatimString { format, text: a }),
+            Value::VerbatimString { text: b, .. },
+        ) => Value::VerbatimString {
+            format,
+            text: merge_stats(&a, &b),
+        },
+        (_, reply) => reply,
     }
 }
 

@@ -72,6 +72,21 @@ pub(super) struct Engine {
     run: Function,
     /// Compiled scripts by SHA-1 (lowercase hex).
     scripts: HashMap<String, Function>,
+    /// The tables a script sees as `KEYS` and `ARGV`.
+    keys: Table,
+    argv: Table,
+}
+
+/// Makes `table` the sequence of `items`.
+fn fill(lua: &Lua, table: &Table, items: &[&[u8]]) -> mlua::Result<()> {
+    let old = table.raw_len();
+    for (i, item) in items.iter().enumerate() {
+        table.raw_seti(i + 1, lua.create_string(item)?)?;
+    }
+    for i in items.len() + 1..=old {
+        table.raw_seti(i, mlua::Value::Nil)?;
+    }
+    Ok(())
 }
 
 impl Engine {
@@ -102,6 +117,8 @@ impl Engine {
             .set_name("=prelude")
             .call::<Function>(command)?;
         Ok(Engine {
+            keys: lua.create_table()?,
+            argv: lua.create_table()?,
             lua,
             run,
             scripts: HashMap::new(),
@@ -169,17 +186,14 @@ impl Engine {
         }
         let (keys, argv) = rest.split_at(numkeys);
         let lua = &self.lua;
-        let table = |items: &[&[u8]]| {
-            lua.create_sequence_from(
-                items
-                    .iter()
-                    .map(|i| lua.create_string(i))
-                    .collect::<mlua::Result<Vec<_>>>()?,
-            )
-        };
-        let reply = table(keys)
-            .and_then(|keys| Ok((keys, table(argv)?)))
-            .and_then(|(keys, argv)| self.run.call::<mlua::Value>((script, keys, argv, sha)))
+        // KEYS and ARGV are two tables filled anew for each call: a script
+        // cannot keep them (no globals), so none sees another's.
+        fill(lua, &self.keys, keys)
+            .and_then(|()| fill(lua, &self.argv, argv))
+            .map_err(|e| format!("ERR {e}"))?;
+        let reply = self
+            .run
+            .call::<mlua::Value>((script, &self.keys, &self.argv, sha))
             .map_err(|e| format!("ERR {e}"))?;
         from_lua(&reply, 0)
     }

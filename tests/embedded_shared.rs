@@ -83,3 +83,27 @@ async fn clients_on_other_keyspaces_do_not_share_locks() {
         .await;
     assert!(nested.is_ok(), "{nested:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn locks_on_every_shard_are_renewed_for_as_long_as_their_bodies_run() {
+    // Forty keys fall in many of the keyspace's shards; the renewal goes
+    // out one batch per shard.
+    let client = LockClient::builder().on_current_runtime().in_memory();
+    let options = LockOptions::new().lease(Duration::from_secs(1));
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..40 {
+        let client = client.clone();
+        calls.spawn(async move {
+            client
+                .run_locked(&format!("renewed:{i}"), options, async {
+                    // Five leases long.
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    Ok::<_, LockError>(())
+                })
+                .await
+        });
+    }
+    while let Some(call) = calls.join_next().await {
+        call.expect("task").expect("held to the end, renewed");
+    }
+}

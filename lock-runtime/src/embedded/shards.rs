@@ -35,7 +35,7 @@ pub(super) struct Shards {
 pub(super) type Outcome = (Reply, Vec<Published>);
 
 /// The shard of `key`.
-fn shard_of(key: &[u8]) -> usize {
+pub(super) fn shard_of(key: &[u8]) -> usize {
     usize::from(slot_of(key)) % SHARDS
 }
 

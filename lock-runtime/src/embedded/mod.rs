@@ -18,6 +18,8 @@ mod door;
 mod keyspace;
 mod lua;
 mod shards;
+#[cfg(test)]
+mod tests;
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -44,6 +44,8 @@ apt_install() {
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+# The embedded backend builds Lua from source (mlua's `vendored`).
+command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 if [ -n "$others" ]; then
   command -v python3 >/dev/null 2>&1 || missing+=(python3 python3-venv)
 fi

@@ -15,6 +15,9 @@
 //!   Prometheus.
 //! - [`safety`]: how a locked call works, the safety model (leases, loss,
 //!   fencing tokens), how it is tested, and the limits.
+//! - [`several_keys`]: several keys at once, all or nothing.
+//! - [`scheduled`]: jobs that run once per period across a fleet
+//!   (`hold_at_least`).
 //! - [`fencing`]: how a store checks fencing tokens, in Lua and SQL.
 //! - [`performance`]: the benchmarks, their targets and how they were
 //!   measured.
@@ -37,6 +40,12 @@ pub mod observability {}
 
 #[doc = include_str!("guide/safety.md")]
 pub mod safety {}
+
+#[doc = include_str!("guide/several_keys.md")]
+pub mod several_keys {}
+
+#[doc = include_str!("guide/scheduled.md")]
+pub mod scheduled {}
 
 #[doc = include_str!("guide/fencing.md")]
 pub mod fencing {}

@@ -271,3 +271,51 @@ where
         private::run_as::<Joined, _, _, _>(private::key_of_text(key), options, body, at)
     })
 }
+
+/// Runs `body` once every key of `keys` is held, all or nothing, on the
+/// global client (or, inside [`with_client`], the scoped one): the form of
+/// `#[distributed_lock(keys = [...])]` for code that cannot use the
+/// attribute. As [`LockClient::run_locked_all`], and lazy as
+/// [`run_locked`]: the keys are copied at the call, the client picked when
+/// the future is first polled. The future is `Send` when `body`, `T` and
+/// `E` are.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_runtime::LockError> {
+/// use lock_runtime::{LockClient, LockError, LockOptions};
+/// # let _ = lock_runtime::init(LockClient::in_memory());
+///
+/// let moved = lock_runtime::run_locked_all(["stock:a", "stock:b"], LockOptions::new(), async {
+///     Ok::<_, LockError>(3)
+/// })
+/// .await?;
+/// assert_eq!(moved, 3);
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+/// As [`LockClient::run_locked_all`], and [`LockError::NotInitialized`]
+/// when polled outside any [`with_client`] scope before [`init`].
+#[track_caller]
+pub fn run_locked_all<T, E, F, I, K>(
+    keys: I,
+    options: LockOptions,
+    body: F,
+) -> impl Future<Output = Result<T, E>>
+where
+    I: IntoIterator<Item = K>,
+    K: AsRef<str>,
+    F: Future<Output = Result<T, E>>,
+    E: From<LockError>,
+{
+    let keys: Vec<String> = keys
+        .into_iter()
+        .map(|key| private::key_text(key.as_ref()))
+        .collect();
+    let at = std::panic::Location::caller();
+    lazy::Lazy::new(move || {
+        private::run_all_as::<Joined, _, _, _>(private::keys_of_text(keys), options, body, at)
+    })
+}

@@ -25,6 +25,7 @@ pub struct LockOptions {
     permits: Option<u32>,
     fair: bool,
     waiter_lease: Option<Duration>,
+    hold_at_least: Option<Duration>,
 }
 
 /// Whether a call shares its key with other readers or excludes everyone
@@ -63,6 +64,7 @@ impl LockOptions {
             permits: None,
             fair: false,
             waiter_lease: None,
+            hold_at_least: None,
         }
     }
 
@@ -108,6 +110,24 @@ impl LockOptions {
     pub const fn waiter_lease(mut self, waiter_lease: Duration) -> Self {
         self.waiter_lease = Some(waiter_lease);
         self
+    }
+
+    /// Keeps the lock taken after the body ends until at least `hold` after
+    /// it was acquired, by the server's clock; then it frees itself, with
+    /// no process alive. The call returns when the body ends. For jobs that
+    /// run once per period across a fleet: see
+    /// [`guide::scheduled`](crate::guide::scheduled). A plain or write lock
+    /// on one key only; with [`mode`](Self::mode) read,
+    /// [`permits`](Self::permits), [`fair`](Self::fair) or several keys the
+    /// call fails with [`LockError::Invalid`](crate::LockError::Invalid).
+    pub const fn hold_at_least(mut self, hold: Duration) -> Self {
+        self.hold_at_least = Some(hold);
+        self
+    }
+
+    /// The time set with [`hold_at_least`](Self::hold_at_least), if any.
+    pub const fn held_at_least(&self) -> Option<Duration> {
+        self.hold_at_least
     }
 
     /// The mode set with [`mode`](Self::mode) ([`LockMode::Write`] unless

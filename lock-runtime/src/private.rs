@@ -123,6 +123,88 @@ where
     }
 }
 
+/// Rendered lock keys on the client in use (the scoped one, else the
+/// global one), or why there is none.
+pub struct Keys(Result<(ClientRef<'static>, Vec<String>), LockError>);
+
+/// Renders each of `keys` with the prefix of the client in use, before the
+/// body takes the arguments that the keys borrow.
+pub fn keys(keys: &[fmt::Arguments<'_>]) -> Keys {
+    Keys(global::in_use().map(|client| {
+        let keys = keys.iter().map(|key| client.full_key(*key)).collect();
+        (client, keys)
+    }))
+}
+
+/// `keys` (each from [`key_text`]) with the prefix of the client in use,
+/// or why there is none: as [`keys`], called where the call runs.
+pub(crate) fn keys_of_text(keys: Vec<String>) -> Keys {
+    Keys(global::in_use().map(|client| {
+        let keys = keys
+            .into_iter()
+            .map(|key| client.prefixed_key(key))
+            .collect();
+        (client, keys)
+    }))
+}
+
+/// Runs `body` once every key of `keys` is held, on the client in use; a
+/// lock failure comes back apart, for [`finish`], as for [`run_locked`].
+#[track_caller]
+pub fn run_locked_all<T, E, F>(
+    keys: Keys,
+    options: LockOptions,
+    body: F,
+) -> impl Future<Output = Result<Result<T, E>, LockError>>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    run_all_as::<Apart, _, _, _>(keys, options, body, Location::caller())
+}
+
+/// Runs `body` under every key of `keys` on the client in use, giving back
+/// a lock failure as `O` says, as a call made `at`.
+pub(crate) fn run_all_as<O, T, E, F>(
+    keys: Keys,
+    options: LockOptions,
+    body: F,
+    at: &'static Location<'static>,
+) -> impl Future<Output = O::Output>
+where
+    F: Future<Output = Result<T, E>>,
+    O: Outcome<T, E>,
+{
+    match keys.0 {
+        Ok((client, keys)) => Either::Left(locking::all::run_all_at::<O, _, _, _>(
+            client, keys, options, body, at,
+        )),
+        Err(error) => Either::Right(std::future::ready(O::lock(error))),
+    }
+}
+
+/// Renders each of `keys` with `client`'s prefix.
+pub fn keys_on(client: &LockClient, keys: &[fmt::Arguments<'_>]) -> Vec<String> {
+    keys.iter().map(|key| client.full_key(*key)).collect()
+}
+
+/// Runs `body` once every key of `keys` (rendered by [`keys_on`]) is held
+/// on `client`; a lock failure comes back apart, for [`finish`].
+#[track_caller]
+pub fn run_locked_all_on<'a, T, E, F>(
+    client: &'a LockClient,
+    keys: Vec<String>,
+    options: LockOptions,
+    body: F,
+) -> impl Future<Output = Result<Result<T, E>, LockError>> + 'a
+where
+    F: Future<Output = Result<T, E>> + 'a,
+    E: 'a,
+    T: 'a,
+{
+    let at = Location::caller();
+    locking::all::run_all_at::<Apart, _, _, _>(ClientRef::Borrowed(client), keys, options, body, at)
+}
+
 /// What a `<placeholder>` rendered with `Display` needs; every `Display`
 /// type has it. Its own trait so that the error for a value that is not
 /// `Display` says what to do in the key template.

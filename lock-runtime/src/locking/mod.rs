@@ -4,6 +4,7 @@
 //! in `phase.rs`, acquiring in `acquire.rs`, releasing in `release.rs`.
 
 mod acquire;
+pub(crate) mod all;
 pub(crate) mod outcome;
 mod phase;
 pub(crate) mod release;
@@ -114,6 +115,62 @@ impl LockClient {
         // is not held a second time by an extra layer.
         let key = self.full_key(format_args!("{key}"));
         run::<Joined, _, _, _>(ClientRef::Borrowed(self), key, options, body)
+    }
+}
+
+impl LockClient {
+    /// Runs `body` once every key of `keys` is held (the prefix is added to
+    /// each), all or nothing: the call never holds some of the keys while
+    /// it waits for others, so two calls that list the same keys in any
+    /// order never deadlock. Duplicates are one key; keys this task's body
+    /// already holds are re-entered. The same ownership, renewal and loss
+    /// rules as [`run_locked`](Self::run_locked); the loss of any key stops
+    /// the body with [`LockError::Lost`] naming it. See
+    /// [`guide::several_keys`](crate::guide::several_keys).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_runtime::LockError> {
+    /// use lock_runtime::{LockClient, LockError, LockOptions};
+    ///
+    /// let client = LockClient::in_memory();
+    /// let (from, to) = (1, 2);
+    /// let keys = [format!("account:{from}"), format!("account:{to}")];
+    /// client
+    ///     .run_locked_all(&keys, LockOptions::new(), async {
+    ///         // Both accounts are held here.
+    ///         Ok::<_, LockError>(())
+    ///     })
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`run_locked`](Self::run_locked): a [`LockError::Timeout`] names
+    /// the key that was held when the wait ran out. [`LockError::Invalid`]
+    /// for an empty list, and with [`LockOptions::permits`],
+    /// [`LockOptions::fair`] or [`LockOptions::hold_at_least`].
+    #[track_caller]
+    pub fn run_locked_all<'a, T, E, F, I, K>(
+        &'a self,
+        keys: I,
+        options: LockOptions,
+        body: F,
+    ) -> impl std::future::Future<Output = Result<T, E>> + 'a
+    where
+        I: IntoIterator<Item = K>,
+        K: AsRef<str>,
+        F: std::future::Future<Output = Result<T, E>> + 'a,
+        E: From<LockError> + 'a,
+        T: 'a,
+    {
+        let keys = keys
+            .into_iter()
+            .map(|key| self.full_key(format_args!("{}", key.as_ref())))
+            .collect();
+        let at = Location::caller();
+        all::run_all_at::<Joined, _, _, _>(ClientRef::Borrowed(self), keys, options, body, at)
     }
 }
 

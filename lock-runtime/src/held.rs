@@ -10,7 +10,7 @@ use futures_util::task::AtomicWaker;
 use tokio::time::Instant;
 
 use crate::error::{FoundBy, LossReason};
-use crate::kind::Kind;
+use crate::kind::{Kind, Tail};
 use crate::owner_id::{ClientTag, OwnerId};
 use crate::turn::Turn;
 
@@ -181,6 +181,9 @@ pub(crate) struct HeldLock {
     pub token: u64,
     /// The kind of lock it holds.
     pub kind: Kind,
+    /// How its release keeps it after the body (`hold_at_least`); boxed,
+    /// so that a lock without it keeps one word for it.
+    tail: Option<Box<Tail>>,
     /// How far the lock is trusted: [`Validity`] packed into a word (see
     /// `pack`), so that renewals and checks are lock-free.
     validity: AtomicU64,
@@ -210,11 +213,16 @@ pub(crate) struct Term {
     pub kind: Kind,
     /// How long a place in a line lives without a heartbeat.
     pub waiter_lease: Duration,
+    /// How long after its acquisition the lock stays taken at least
+    /// (`hold_at_least`; never zero: no hold is `None`).
+    pub hold_at_least: Option<Duration>,
 }
 
 impl HeldLock {
     /// A lock taken by a request sent at `sent`: valid until
-    /// `sent + lease - drift`.
+    /// `sent + lease - drift`. Granted with `token`, and for a term with
+    /// `hold_at_least`, at `since` (each node's time, see
+    /// [`Acquire::Timed`](crate::kind::Acquire::Timed)).
     pub(crate) fn new(
         id: u64,
         (client, parent): (Arc<ClientTag>, Option<Frame>),
@@ -226,11 +234,15 @@ impl HeldLock {
             label,
             kind,
             waiter_lease: _,
+            hold_at_least,
         }: Term,
-        token: u64,
+        (token, since): (u64, Option<Box<[u64]>>),
         sent: Instant,
     ) -> Self {
         let valid = lease.saturating_sub(drift);
+        let tail = hold_at_least
+            .zip(since)
+            .map(|(at_least, since)| Box::new(Tail::new(at_least, since)));
         let held = HeldLock {
             id,
             client,
@@ -245,6 +257,7 @@ impl HeldLock {
             valid_ns: nanos(valid),
             token,
             kind,
+            tail,
             validity: AtomicU64::new(pack_until(sent, sent + valid)),
             lost: AtomicWaker::new(),
             next_renew_ms: AtomicU64::new(0),
@@ -273,6 +286,13 @@ impl HeldLock {
     /// When the request that took the lock was sent.
     pub(crate) fn held_since(&self) -> Instant {
         self.epoch
+    }
+
+    /// How the release keeps the lock after its body (`hold_at_least`):
+    /// `None` without it, and for a lock known lost (a lost lock gets no
+    /// tail: its release only frees what may remain of it).
+    pub(crate) fn tail(&self) -> Option<&Tail> {
+        self.tail.as_deref().filter(|_| !self.is_lost())
     }
 
     /// How long the lock lives in the backend without a renewal.

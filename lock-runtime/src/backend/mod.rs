@@ -39,7 +39,7 @@ use crate::error::LockError;
 use crate::io::polled_on;
 use crate::kind::exclusive::renew;
 use crate::kind::{quorum, scripted};
-use crate::kind::{Acquire, Claim, Kind, Release, RenewItem, Renewal};
+use crate::kind::{Acquire, Claim, Kind, Release, RenewItem, Renewal, Tail};
 use crate::route::cluster::ClusterBackend;
 use crate::route::node::RedisBackend;
 use crate::route::redlock::RedlockBackend;
@@ -145,18 +145,25 @@ impl Backend {
     /// Frees the lock if `owner` (one acquisition of `kind`, of lease
     /// `lease`) holds it, or withdraws its place in a line; `token` goes out
     /// with the release notice, so that a waiter told by several nodes
-    /// wakes once.
+    /// wakes once. With `tail` (`hold_at_least`), each node keeps the hold
+    /// until its end there instead, and frees it by itself then.
     pub(crate) async fn release(
         &self,
         lane: &Lane,
         key: &str,
         (owner, token): (&str, u64),
-        (kind, lease): (Kind, Duration),
+        (kind, lease, tail): (Kind, Duration, Option<&Tail>),
     ) -> Result<Release, BackendError> {
         let hold = (owner, token);
         on_route!(self,
-            route => Ok(scripted::release(route, lane, key, hold, (kind, lease)).await?),
-            nodes => polled_on(nodes.home(), quorum::release(nodes, key, hold, (kind, lease))).await)
+        route => {
+            let end = tail.and_then(|tail| tail.on_node(0));
+            Ok(scripted::release(route, lane, key, hold, (kind, lease, end)).await?)
+        },
+        nodes => {
+            let kind_lease = (kind, lease, tail);
+            polled_on(nodes.home(), quorum::release(nodes, key, hold, kind_lease)).await
+        })
     }
 
     /// What the renewal found, per item.

@@ -16,11 +16,18 @@ use crate::route::BackendError;
 /// - `{-2 - ttl}`: not taken, and a place in a line kept (a writer's
 ///   claim);
 /// - `{-2 - ttl, held}`: the same for a fair waiter, with the holder's
-///   lease left in milliseconds.
-pub(crate) fn acquired(answer: Value) -> Result<Acquire, RedisError> {
+///   lease left in milliseconds;
+/// - for a `timed` claim (`hold_at_least`, the exclusive lock), a grant is
+///   `{token, now_ms}`, with the node's time in ms.
+pub(crate) fn acquired(answer: Value, timed: bool) -> Result<Acquire, RedisError> {
     match answer {
+        Value::Int(n @ 1..) if timed => Err(unexpected(format!("{n}, without the node's time"))),
         Value::Int(n) => exclusive(n),
         Value::Array(items) => match items.as_slice() {
+            [Value::Int(token @ 1..), Value::Int(now @ 1..)] if timed => Ok(Acquire::Timed {
+                token: token.unsigned_abs(),
+                since: Box::new([now.unsigned_abs()]),
+            }),
             [Value::Int(token @ 1..), Value::Int(room)] => Ok(Acquire::Shared {
                 token: token.unsigned_abs(),
                 room: *room == 1,

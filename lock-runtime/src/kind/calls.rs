@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis::{Cmd, RedisError, Script};
 
 use super::answers;
-use super::{Acquire, Release};
+use super::{Acquire, Claim, End, Release};
 use crate::route::{Lane, Notices, Route, ScriptCall};
 
 /// A script that publishes a release notice, in the two forms a route may
@@ -66,35 +66,44 @@ pub(super) fn sharded(source: &str) -> String {
 
 /// A kind's release call: `scripts` for the route's notices, on `owner`'s
 /// hold of `key` (of lease `lease`, for which a route that fails over keeps
-/// it), with `token` in its notice.
+/// it), with `token` in its notice; with `end`, the hold stays taken until
+/// that end (kept by a route that fails over until then too).
 pub(super) fn release_call<'a>(
     scripts: &'static ReleaseScripts,
     route: &impl Route,
     key: &'a str,
     (owner, token): (&str, u64),
-    lease: Duration,
+    (lease, end): (Duration, Option<End>),
 ) -> ScriptCall<'a> {
     let client_id = route.client_id();
-    let args = (owner, client_id, token);
+    let script = scripts.of(route.notices());
     let size = owner.len() + client_id.len() + 20;
-    let mut call = ScriptCall::new(scripts.of(route.notices()), key, args, size);
-    call.replay = Some(lease);
+    let mut call = match end {
+        None => ScriptCall::new(script, key, (owner, client_id, token), size),
+        Some(end) => {
+            let args = (owner, client_id, token, end.at_ms);
+            ScriptCall::new(script, key, args, size + 20)
+        }
+    };
+    // The end is at most `at_least` from now: the acquisition was before.
+    call.replay = Some(end.map_or(lease, |end| lease.max(end.at_least)));
     call
 }
 
 /// Frees `key` if `owner` holds it (a hold of lease `lease`), or withdraws
 /// its place in a line, by `scripts` over `lane`: freed when the script
-/// answers 1. `token` goes out with the notice, so that a waiter told by
-/// several nodes wakes once.
+/// answers 1 (with `end` still ahead, kept until then instead). `token`
+/// goes out with the notice, so that a waiter told by several nodes wakes
+/// once.
 pub(super) async fn release(
     scripts: &'static ReleaseScripts,
     route: &impl Route,
     lane: &Lane,
     key: &str,
     hold: (&str, u64),
-    lease: Duration,
+    lease_end: (Duration, Option<End>),
 ) -> Result<Release, RedisError> {
-    let call = release_call(scripts, route, key, hold, lease);
+    let call = release_call(scripts, route, key, hold, lease_end);
     let freed: i64 = route.run(lane, &call).await?;
     Ok(if freed == 1 {
         Release::Freed
@@ -103,37 +112,40 @@ pub(super) async fn release(
     })
 }
 
-/// Runs an acquire `call` (of any kind) over `lane`. Where the route syncs
-/// replicas, runs it followed by `WAIT` instead, with the release of
-/// `owner` (of lease `lease`) by `scripts` to undo it.
+/// Runs an acquire `call` (of any kind) of `owner` for `claim` over
+/// `lane`. Where the route syncs replicas, runs it followed by `WAIT`
+/// instead, with the release of `owner` by `scripts` to undo it.
 pub(super) async fn acquire(
     route: &impl Route,
     lane: &Lane,
     call: ScriptCall<'_>,
     scripts: &'static ReleaseScripts,
-    (owner, lease): (&str, Duration),
+    (owner, claim): (&str, &Claim),
 ) -> Result<Acquire, RedisError> {
     if route.sync().is_some() {
         // Boxed, so the default path's future does not grow by its state.
-        let undo = release_call(scripts, route, call.key, (owner, 0), lease).cmd;
-        return Box::pin(acquire_synced(route, call, undo)).await;
+        // The undo frees at once: the caller never knew it held the lock,
+        // so its body never ran, and no hold is kept after it.
+        let undo = release_call(scripts, route, call.key, (owner, 0), (claim.lease, None)).cmd;
+        return Box::pin(acquire_synced(route, call, undo, claim.timed)).await;
     }
-    answers::acquired(route.run(lane, &call).await?)
+    answers::acquired(route.run(lane, &call).await?, claim.timed)
 }
 
-/// An acquire `call` followed by `WAIT`; a lock taken without enough
-/// replicas is `NotReplicated`. If the caller is gone when a granting
-/// answer comes, the route sends `undo` (the release of the same owner) on
-/// the same connection.
+/// An acquire `call` (of a `timed` claim or not) followed by `WAIT`; a lock
+/// taken without enough replicas is `NotReplicated`. If the caller is gone
+/// when a granting answer comes, the route sends `undo` (the release of the
+/// same owner) on the same connection.
 #[cold]
 async fn acquire_synced(
     route: &impl Route,
     call: ScriptCall<'_>,
     undo: Cmd,
+    timed: bool,
 ) -> Result<Acquire, RedisError> {
     let needed = route.sync().map_or(0, |sync| sync.replicas);
     let (answer, acked) = route.run_synced(call, Some(undo)).await?;
-    let answer = answers::acquired(answer)?;
+    let answer = answers::acquired(answer, timed)?;
     match answer.token() {
         Some(token) if acked < needed => Ok(Acquire::NotReplicated { token, acked }),
         _ => Ok(answer),

@@ -40,11 +40,16 @@ fn acquire_source() -> String {
     source.to_owned()
 }
 
-/// The acquire call that takes `key` for `owner` for the claim's lease.
+/// The acquire call that takes `key` for `owner` for the claim's lease;
+/// for a timed claim, one whose grant answers the node's time too.
 pub(super) fn acquire_call<'a>(key: &'a str, owner: &str, claim: Claim) -> ScriptCall<'a> {
     let lease = millis(claim.lease);
-    // The waiter lease only when it is not the scripts' default.
-    if claim.waiter_lease == LockOptions::DEFAULT_WAITER_LEASE {
+    // The waiter lease only when it is not the scripts' default, or when
+    // ARGV[4] follows it.
+    if claim.timed {
+        let args = (owner, lease, millis(claim.waiter_lease), 1);
+        ScriptCall::new(&ACQUIRE, key, args, owner.len() + 42)
+    } else if claim.waiter_lease == LockOptions::DEFAULT_WAITER_LEASE {
         ScriptCall::new(&ACQUIRE, key, (owner, lease), owner.len() + 20)
     } else {
         let args = (owner, lease, millis(claim.waiter_lease));

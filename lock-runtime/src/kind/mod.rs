@@ -109,6 +109,11 @@ pub(crate) struct Claim {
     /// key: a shared kind's grant then keeps the key marked as waited for,
     /// so that the next release that opens a place tells them.
     pub others_wait: bool,
+    /// Whether the call keeps the lock taken some time after it took it
+    /// (`hold_at_least`, the exclusive lock only): a grant then answers the
+    /// node's time too ([`Acquire::Timed`]), from which the release counts
+    /// the hold's end on that node.
+    pub timed: bool,
 }
 
 impl Claim {
@@ -124,10 +129,16 @@ impl Claim {
 }
 
 /// The answer to an acquire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Acquire {
     /// The owner holds the lock now, with this fencing token.
     Acquired(u64),
+    /// The owner holds the lock now, with this fencing token, for a timed
+    /// claim ([`Claim::timed`]): `since` is each node's time when it
+    /// granted it, in ms since the epoch by that node's clock; one on a
+    /// route, one per node in node order on Redlock (0 where a node did
+    /// not grant it).
+    Timed { token: u64, since: Box<[u64]> },
     /// A shared kind (reader, permit holder, fair holder) holds it now,
     /// with this fencing token; `room` when another caller of the kind
     /// could enter now too (the next waiter here should try).
@@ -161,9 +172,10 @@ pub(crate) enum Acquire {
 
 impl Acquire {
     /// The fencing token of a granting answer.
-    pub(crate) fn token(self) -> Option<u64> {
-        match self {
+    pub(crate) fn token(&self) -> Option<u64> {
+        match *self {
             Acquire::Acquired(token)
+            | Acquire::Timed { token, .. }
             | Acquire::Shared { token, .. }
             | Acquire::NotReplicated { token, .. } => Some(token),
             Acquire::Held(_) | Acquire::Queued { .. } => None,
@@ -172,8 +184,8 @@ impl Acquire {
 
     /// What the holder's lease has left, by a refusal (for the caller's
     /// events); `None` for a grant, or a holder without an expiry.
-    pub(crate) fn holder_ttl(self) -> Option<Duration> {
-        match self {
+    pub(crate) fn holder_ttl(&self) -> Option<Duration> {
+        match *self {
             Acquire::Held(ttl)
             | Acquire::Queued {
                 holder_ttl: ttl, ..
@@ -181,6 +193,56 @@ impl Acquire {
             _ => None,
         }
     }
+}
+
+/// How a hold taken with `hold_at_least` ends after its body: kept until
+/// `at_least` after its acquisition by each node's clock, then free by
+/// itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Tail {
+    /// The `hold_at_least` of the call.
+    pub at_least: Duration,
+    /// The end on each node, in ms since the epoch by that node's clock:
+    /// the time its grant answered plus `at_least`. One on a route, one
+    /// per node in node order on Redlock (0 where a node did not grant).
+    pub ends: Box<[u64]>,
+}
+
+impl Tail {
+    /// The tail of a hold granted at `since` (each node's time, as
+    /// [`Acquire::Timed`] gives it), kept `at_least` after it.
+    pub(crate) fn new(at_least: Duration, mut since: Box<[u64]>) -> Tail {
+        let add = u64::try_from(at_least.as_millis()).unwrap_or(u64::MAX);
+        for at in since.iter_mut().filter(|at| **at > 0) {
+            *at = at.saturating_add(add);
+        }
+        Tail {
+            at_least,
+            ends: since,
+        }
+    }
+
+    /// What the release on node `i` (0 on a route) carries, if that node
+    /// granted the hold.
+    pub(crate) fn on_node(&self, i: usize) -> Option<End> {
+        let at_ms = self.ends.get(i).copied().filter(|at| *at > 0)?;
+        Some(End {
+            at_ms,
+            at_least: self.at_least,
+        })
+    }
+}
+
+/// What a release carries to one node for a hold taken with
+/// `hold_at_least`: the hold's end there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct End {
+    /// The end, in ms since the epoch by the node's clock.
+    pub at_ms: u64,
+    /// The call's `hold_at_least`: a route that fails over keeps the
+    /// release at least this long, to send it again to a new master
+    /// before the end.
+    pub at_least: Duration,
 }
 
 /// The answer to a release.
@@ -216,7 +278,49 @@ pub(crate) struct RenewItem<'a> {
 mod tests {
     use std::time::Duration;
 
-    use super::{Claim, Kind};
+    use redis::Value;
+
+    use super::answers::acquired;
+    use super::{Acquire, Claim, End, Kind, Tail};
+
+    #[test]
+    fn a_tail_ends_on_each_node_by_its_own_clock() {
+        let at_least = Duration::from_millis(1500);
+        // Two nodes granted at their own times; the second did not.
+        let tail = Tail::new(at_least, Box::new([1_000_000, 0, 2_000_000]));
+        let end = |at_ms| Some(End { at_ms, at_least });
+        assert_eq!(tail.on_node(0), end(1_001_500));
+        assert_eq!(tail.on_node(1), None, "no grant there: freed at once");
+        assert_eq!(tail.on_node(2), end(2_001_500));
+        assert_eq!(tail.on_node(3), None);
+    }
+
+    #[test]
+    fn a_timed_grant_reads_the_node_time_and_nothing_else_changes() {
+        let pair = || Value::Array(vec![Value::Int(7), Value::Int(1_700_000_000_123)]);
+        let timed = Acquire::Timed {
+            token: 7,
+            since: Box::new([1_700_000_000_123]),
+        };
+        assert_eq!(acquired(pair(), true).ok(), Some(timed));
+        // Without `timed`, the same shape is a shared kind's grant.
+        assert!(matches!(
+            acquired(pair(), false),
+            Ok(Acquire::Shared { token: 7, .. })
+        ));
+        // A timed claim's refusal reads as any refusal; a bare token is no
+        // answer to it.
+        let refused = acquired(Value::Int(-2 - 300), true).ok();
+        assert_eq!(
+            refused,
+            Some(Acquire::Held(Some(Duration::from_millis(300))))
+        );
+        assert!(acquired(Value::Int(7), true).is_err());
+        assert_eq!(
+            acquired(Value::Int(7), false).ok(),
+            Some(Acquire::Acquired(7))
+        );
+    }
 
     #[test]
     fn a_give_back_is_kept_as_long_as_what_it_gives_back_lives() {
@@ -225,6 +329,7 @@ mod tests {
             lease: Duration::from_secs(lease),
             waiter_lease: Duration::from_secs(waiter_lease),
             others_wait: false,
+            timed: false,
         };
         // A writer's claim (a place) outlives the hold's lease.
         assert_eq!(claim(1, 30).give_back_lease(), Duration::from_secs(30));

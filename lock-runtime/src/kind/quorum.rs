@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use super::admin::{force_node, inspect_node, LockView, NodeLock};
 use super::{exclusive, scripted};
-use super::{Acquire, Claim, Kind, Release, RenewItem, Renewal};
+use super::{Acquire, Claim, Kind, Release, RenewItem, Renewal, Tail};
 use crate::route::redlock::{Answers, RedlockBackend};
 use crate::route::{BackendError, Lane};
 
@@ -49,7 +49,11 @@ pub(crate) async fn acquire(
     let mut queued = 0;
     for answer in &answers {
         match answer {
-            Ok(Acquire::Acquired(token) | Acquire::Shared { token, .. }) => tokens.push(*token),
+            Ok(
+                Acquire::Acquired(token)
+                | Acquire::Timed { token, .. }
+                | Acquire::Shared { token, .. },
+            ) => tokens.push(*token),
             Ok(Acquire::Held(ttl)) => ttls.push(*ttl),
             Ok(Acquire::Queued { ttl, .. }) => {
                 queued += 1;
@@ -65,6 +69,10 @@ pub(crate) async fn acquire(
         let kept = write_back(b, &answers, key, owner, token).await;
         if kept >= b.quorum() && sent.elapsed() + drift < lease {
             return Ok(match claim.kind {
+                Kind::Exclusive if claim.timed => Acquire::Timed {
+                    token,
+                    since: each_since(&answers),
+                },
                 Kind::Exclusive => Acquire::Acquired(token),
                 _ => Acquire::Shared { token, room: true },
             });
@@ -103,6 +111,16 @@ pub(crate) async fn acquire(
     Ok(Acquire::Held(Some(random_delay())))
 }
 
+/// Each node's time when it granted a timed claim, in node order: 0 where
+/// it did not.
+fn each_since(answers: &Answers<Acquire>) -> Box<[u64]> {
+    let since = |answer: &Result<Acquire, _>| match answer {
+        Ok(Acquire::Timed { since, .. }) => since.first().copied().unwrap_or(0),
+        _ => 0,
+    };
+    answers.iter().map(since).collect()
+}
+
 /// Writes `token` back to the nodes that granted the lock with a smaller
 /// one; how many granting nodes now keep `token`.
 async fn write_back(
@@ -112,8 +130,8 @@ async fn write_back(
     owner: &str,
     token: u64,
 ) -> usize {
-    let granted = |i: usize| matches!(answers[i], Ok(a) if a.token().is_some());
-    let behind = |i: usize| matches!(answers[i], Ok(a) if a.token().is_some_and(|t| t < token));
+    let granted = |i: usize| matches!(&answers[i], Ok(a) if a.token().is_some());
+    let behind = |i: usize| matches!(&answers[i], Ok(a) if a.token().is_some_and(|t| t < token));
     let keeping = (0..b.nodes().len())
         .filter(|&i| granted(i) && !behind(i))
         .count();
@@ -132,15 +150,16 @@ async fn write_back(
     keeping + written.into_iter().filter(|w| *w).count()
 }
 
-/// Freed when a quorum freed the owner's hold; not held when a quorum
-/// did not have it; otherwise not known (an error).
+/// Freed when a quorum freed the owner's hold (or, with `tail`, kept it
+/// until its end on that node); not held when a quorum did not have it;
+/// otherwise not known (an error).
 pub(crate) async fn release(
     b: &RedlockBackend,
     key: &str,
     hold: (&str, u64),
-    kind_lease: (Kind, Duration),
+    (kind, lease, tail): (Kind, Duration, Option<&Tail>),
 ) -> Result<Release, BackendError> {
-    let answers = release_on_all(b, key, hold, kind_lease).await;
+    let answers = release_on_all(b, key, hold, (kind, lease, tail)).await;
     let freed = answers
         .iter()
         .filter(|a| matches!(a, Ok(Release::Freed)))
@@ -159,15 +178,19 @@ pub(crate) async fn release(
     Err(b.no_quorum(freed + not_held, answers))
 }
 
-/// The release of `hold` (of `kind`) on every node.
+/// The release of `hold` (of `kind`) on every node; with `tail`, each
+/// node's own end (by its own clock) goes to that node.
 async fn release_on_all(
     b: &RedlockBackend,
     key: &str,
     hold: (&str, u64),
-    kind_lease: (Kind, Duration),
+    (kind, lease, tail): (Kind, Duration, Option<&Tail>),
 ) -> Answers<Release> {
-    b.on_all(|node| scripted::release(node, &Lane::Home, key, hold, kind_lease))
-        .await
+    b.on_each(|i, node| {
+        let end = tail.and_then(|tail| tail.on_node(i));
+        scripted::release(node, &Lane::Home, key, hold, (kind, lease, end))
+    })
+    .await
 }
 
 /// The release of `hold` (of `kind`) on the nodes whose index `send`
@@ -176,7 +199,7 @@ async fn release_where(
     b: &RedlockBackend,
     key: &str,
     hold: (&str, u64),
-    kind_lease: (Kind, Duration),
+    (kind, lease): (Kind, Duration),
     send: impl Fn(usize) -> bool,
 ) {
     let timeout = b.node_timeout();
@@ -186,6 +209,7 @@ async fn release_where(
             if !send {
                 return;
             }
+            let kind_lease = (kind, lease, None);
             let release = scripted::release(&node.backend, &Lane::Home, key, hold, kind_lease);
             let _ = tokio::time::timeout(timeout, release).await;
         }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use redis::RedisError;
 
 use super::{calls, exclusive, shared};
-use super::{Acquire, Claim, Kind, Release};
+use super::{Acquire, Claim, End, Kind, Release};
 use crate::route::{Lane, Route};
 
 /// Takes `key` for `owner` as `claim` asks, on `route` over `lane`.
@@ -26,21 +26,23 @@ pub(crate) async fn acquire(
         ),
         _ => (shared::acquire_call(key, owner, claim), &shared::RELEASE),
     };
-    calls::acquire(route, lane, call, release, (owner, claim.lease)).await
+    calls::acquire(route, lane, call, release, (owner, &claim)).await
 }
 
 /// Frees `hold` (owner and token, of `kind` and lease `lease`) of `key`, or
-/// withdraws its place in a line, on `route` over `lane`.
+/// withdraws its place in a line, on `route` over `lane`; with `end` (the
+/// exclusive lock's `hold_at_least`), keeps it until that end instead.
 pub(crate) async fn release(
     route: &impl Route,
     lane: &Lane,
     key: &str,
     hold: (&str, u64),
-    (kind, lease): (Kind, Duration),
+    (kind, lease, end): (Kind, Duration, Option<End>),
 ) -> Result<Release, RedisError> {
-    let scripts = match kind {
-        Kind::Exclusive => &exclusive::RELEASE,
-        _ => &shared::RELEASE,
+    let (scripts, end) = match kind {
+        Kind::Exclusive => (&exclusive::RELEASE, end),
+        // Refused before any acquire (see `locking/phase.rs`).
+        _ => (&shared::RELEASE, None),
     };
-    calls::release(scripts, route, lane, key, hold, lease).await
+    calls::release(scripts, route, lane, key, hold, (lease, end)).await
 }

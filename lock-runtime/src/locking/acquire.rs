@@ -99,8 +99,13 @@ async fn take(
             _ => None,
         };
         let token = answer.token().expect("a refusal grants nothing");
+        let since = match answer {
+            Acquire::Timed { since, .. } => Some(since),
+            _ => None,
+        };
+        let grant = (token, since);
         (
-            HeldLock::new(id, chain, (key, prefix), term, token, sent),
+            HeldLock::new(id, chain, (key, prefix), term, grant, sent),
             acked,
         )
     };
@@ -109,6 +114,7 @@ async fn take(
         lease: term.lease,
         waiter_lease: term.waiter_lease,
         others_wait: false,
+        timed: term.hold_at_least.is_some(),
     };
 
     // Try at once, unless others here already wait for this key: then queue
@@ -289,7 +295,7 @@ impl Line<'_> {
                     }
                     Ok(answer) => {
                         place.armed = false;
-                        ticket.acquired(next_tries(answer, self.claim.kind));
+                        ticket.acquired(next_tries(&answer, self.claim.kind));
                         return Ok((answer, sent));
                     }
                     Err(source) => {
@@ -339,9 +345,9 @@ fn tries((head, placed): (bool, bool), timer: bool, named: Option<bool>) -> bool
 /// deadline), and a notice that came while this waiter's request was out
 /// found it behind this one: its one request learns both. The exclusive
 /// lock's next head needs no such try: this holder's release wakes it.
-fn next_tries(answer: Acquire, kind: Kind) -> bool {
+fn next_tries(answer: &Acquire, kind: Kind) -> bool {
     match answer {
-        Acquire::Shared { room, .. } => room || matches!(kind, Kind::Permits(_)),
+        Acquire::Shared { room, .. } => *room || matches!(kind, Kind::Permits(_)),
         _ => false,
     }
 }
@@ -399,7 +405,7 @@ fn give_back_later(client: &LockClient, lane: &Lane, key: &str, owner: &OwnerId,
     client.inner.io.spawn(async move {
         let backend = &owned.inner.backend;
         let released = backend
-            .release(&lane, &key, (&owner, 0), (kind, lease))
+            .release(&lane, &key, (&owner, 0), (kind, lease, None))
             .await;
         if released.is_err() {
             // The caller's runtime, which drives a local connection, has
@@ -408,7 +414,7 @@ fn give_back_later(client: &LockClient, lane: &Lane, key: &str, owner: &OwnerId,
             // can follow it.
             let hold = (&*owner, 0);
             let _ = backend
-                .release(&Lane::Home, &key, hold, (kind, lease))
+                .release(&Lane::Home, &key, hold, (kind, lease, None))
                 .await;
         }
         // What it gave back (a place in a line holding readers back, say)

@@ -79,6 +79,11 @@ pub(super) fn start<'a, T, E>(
         Ok(kind) => kind,
         Err(message) => return Err(LockError::Invalid { key, message }),
     };
+    if options.held_at_least().is_some() && kind != Kind::Exclusive {
+        let message = "hold_at_least with mode = read, permits or fair: only a plain or \
+                       write lock stays taken after its body; drop one of them";
+        return Err(LockError::Invalid { key, message });
+    }
     if let Some(turn_of) = ownership::held(&inner.tag, &key) {
         return reenter_around(client, key, &options, (kind, turn_of), parent);
     }
@@ -142,6 +147,10 @@ fn admit(
         label: options.label_name().unwrap_or(UNLABELLED),
         kind,
         waiter_lease,
+        hold_at_least: options
+            .held_at_least()
+            .filter(|hold| !hold.is_zero())
+            .map(|hold| hold.min(LockOptions::LONGEST)),
     })
 }
 
@@ -258,6 +267,8 @@ pub(super) fn enter_hold(client: &LockClient, held: HeldLock) -> Result<Frame, L
     if client.inner.tag.life.is_closed() {
         client.inner.registry.unregister(held.id);
         let key = held.key.clone();
+        // Lost to the shutdown: its body never runs, so no hold is kept.
+        held.lose(Loss::SHUT_DOWN);
         release_later(client, held, Lane::Home);
         return Err(LockError::ShutDown { key });
     }

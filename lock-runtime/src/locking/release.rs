@@ -25,6 +25,9 @@ pub(crate) enum Released {
 /// Frees the lock `held` took, on `lane` (the call's connection), and wakes
 /// this client's waiters on its key. A release that fails is sent once more
 /// on the client's connection, which the first failure has made anew.
+/// A lock taken with `hold_at_least` and not lost stays taken until the end
+/// of its hold instead (see [`HeldLock::tail`]): the same end each time it
+/// is sent.
 ///
 /// Awaited when the body ends; in the background when the call is dropped
 /// (cancelled, or the body panicked) or the lock was found lost.
@@ -32,13 +35,9 @@ pub(crate) async fn release(client: &LockClient, held: &HeldLock, lane: &Lane) -
     let inner = &client.inner;
     let owner = held.owner_id();
     let backend = &inner.backend;
+    let kept = (held.kind, held.lease(), held.tail());
     let mut answer = backend
-        .release(
-            lane,
-            &held.key,
-            (&owner, held.token),
-            (held.kind, held.lease()),
-        )
+        .release(lane, &held.key, (&owner, held.token), kept)
         .await;
     if matches!(&answer, Err(error) if error.is_foreign()) {
         // Another program's value at the lock's name: the lock is not there.
@@ -48,9 +47,7 @@ pub(crate) async fn release(client: &LockClient, held: &HeldLock, lane: &Lane) -
     // counts as a success.
     if answer.is_err() && !cfg!(feature = "defect-ok-after-unknown-release") {
         let hold = (&*owner, held.token);
-        answer = backend
-            .release(&Lane::Home, &held.key, hold, (held.kind, held.lease()))
-            .await;
+        answer = backend.release(&Lane::Home, &held.key, hold, kept).await;
     }
     let released = match answer {
         Ok(Release::Freed) => Released::Freed,

@@ -76,18 +76,28 @@ impl RedlockBackend {
         F: Fn(&'a RedisBackend) -> Fut,
         Fut: Future<Output = Result<T, RedisError>> + 'a,
     {
-        self.on_all_named(|node, _| op(node)).await
+        self.on_all_named(|_, node, _| op(node)).await
     }
 
-    /// As [`on_all`](Self::on_all), with each node's name.
+    /// As [`on_all`](Self::on_all), with each node's index (for calls
+    /// whose arguments differ per node).
+    pub(crate) async fn on_each<'a, T, F, Fut>(&'a self, op: F) -> Answers<T>
+    where
+        F: Fn(usize, &'a RedisBackend) -> Fut,
+        Fut: Future<Output = Result<T, RedisError>> + 'a,
+    {
+        self.on_all_named(|i, node, _| op(i, node)).await
+    }
+
+    /// As [`on_all`](Self::on_all), with each node's index and name.
     async fn on_all_named<'a, T, F, Fut>(&'a self, op: F) -> Answers<T>
     where
-        F: Fn(&'a RedisBackend, &'a str) -> Fut,
+        F: Fn(usize, &'a RedisBackend, &'a str) -> Fut,
         Fut: Future<Output = Result<T, RedisError>> + 'a,
     {
         let timeout = self.node_timeout;
-        let calls = self.nodes.iter().map(|node| {
-            let call = op(&node.backend, &node.name);
+        let calls = self.nodes.iter().enumerate().map(|(i, node)| {
+            let call = op(i, &node.backend, &node.name);
             async move {
                 match tokio::time::timeout(timeout, call).await {
                     Ok(answer) => answer,
@@ -142,7 +152,7 @@ impl RedlockBackend {
     /// cluster.
     pub(crate) async fn check(&self) -> Result<(), BackendError> {
         let answers = self
-            .on_all_named(|node, name| node.check_target(name, Expected::RedlockNode))
+            .on_all_named(|_, node, name| node.check_target(name, Expected::RedlockNode))
             .await;
         let wrong = answers.iter().find_map(|a| {
             a.as_ref()

@@ -8,7 +8,12 @@
 -- ARGV[2]  the lease in milliseconds
 -- ARGV[3]  optional: the waiter lease in milliseconds (5000 if absent), for
 --          a writer that waits behind readers (see ../shared/hash.lua)
--- Returns one integer (a table would cost the server more):
+-- ARGV[4]  optional: `1` when the call holds the lock at least some time
+--          after it took it (`hold_at_least`): a grant then answers
+--          {token, now_ms}, where now_ms is this node's TIME in ms that the
+--          script read, from which the client counts the hold's end on
+--          this node (see release.lua). Refusals answer as without it.
+-- Returns one integer (a table would cost the server more), without ARGV[4]:
 -- the fencing token (> 0) when ARGV[1] holds the lock: a new token, or the
 -- same one when this acquisition already holds it (a retried request, or
 -- on Redlock an earlier attempt of the same call whose give-back did not
@@ -32,7 +37,12 @@
 local key, owner = KEYS[1], ARGV[1]
 local kept, state, holder, bad, hash = read_lock(key)
 if hash then
-  return hash_lib().writer_meets_hash(key, owner, ARGV[2], ARGV[3])
+  local answer = hash_lib().writer_meets_hash(key, owner, ARGV[2], ARGV[3])
+  if ARGV[4] and type(answer) == 'number' and answer > 0 then
+    local now = redis.call('time')
+    return {answer, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
+  end
+  return answer
 end
 if bad then
   return bad
@@ -43,6 +53,10 @@ if kept then
   if state ~= 'f' then
     if holder == owner then
       redis.call('pexpire', key, ARGV[2])
+      if ARGV[4] then
+        local now = redis.call('time')
+        return {fence, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
+      end
       return fence
     end
     if state == 'h' then
@@ -57,4 +71,7 @@ if token > MAX_FENCE then
   return redis.error_reply('LOCKLAYOUT ' .. key .. ' has no fencing token left below 2^53 - 1 (its fence or the server clock is past it)')
 end
 redis.call('set', key, 'L1:' .. string.format('%d', token) .. ':h:' .. owner, 'px', ARGV[2])
+if ARGV[4] then
+  return {token, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
+end
 return token

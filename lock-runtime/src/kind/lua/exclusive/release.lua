@@ -1,17 +1,29 @@
--- Free a lock held by one acquisition.
+-- Free a lock held by one acquisition, or keep it until the end of its
+-- hold (`hold_at_least`).
 -- KEYS[1]  the lock (see acquire.lua)
 -- ARGV[1]  the acquisition's owner id
 -- ARGV[2]  the releasing client's id, so it can skip its own news
 -- ARGV[3]  the fencing token of the hold, so a waiter told by several
 --          nodes (Redlock) wakes once
+-- ARGV[4]  optional: the end of the hold, in ms since the epoch by this
+--          node's clock: the TIME its acquire answered plus
+--          `hold_at_least`. An absolute time, so that the same release
+--          sent again (to a new master after a failover, see
+--          lock-runtime/src/route/replay.rs) sets the same end.
 -- The freed lock keeps its fence and the rest of its lease as its expiry.
--- When freed, publishes `ARGV[2]:ARGV[3]` on the channel named KEYS[1] if a
--- caller found the lock held (uncontended releases publish nothing); a
--- publish refused (NOPERM: no rights on the channel) is ignored.
+-- With ARGV[4] still ahead (by TIME), the lock is not freed: its value
+-- stays as it is (held by ARGV[1]) and it expires at that end, with no
+-- process alive (a hold the end of its lease would outlive is cut short to
+-- it; one it would end before is lengthened, past the lease if need be).
+-- With ARGV[4] passed, the lock is freed as without it.
+-- When freed or kept, publishes `ARGV[2]:ARGV[3]` on the channel named
+-- KEYS[1] if a caller found the lock held (uncontended releases publish
+-- nothing): a waiter tries again and learns the new expiry; a publish
+-- refused (NOPERM: no rights on the channel) is ignored.
 -- On a shared kind's hash: frees the owner's hold, or withdraws its place
 -- in a line (a waiting writer's claim, a fair waiter's ticket: answered -1);
 -- see ../shared/hash.lua.
--- Returns 1 when the lock was freed,
+-- Returns 1 when the lock was freed, or kept until ARGV[4],
 -- -1 when ARGV[1] did not hold it (it expired or was taken): nothing changed.
 -- Errors with LOCKLAYOUT when the key holds anything else (another state,
 -- a fence above 2^53 - 1: see acquire.lua).
@@ -27,7 +39,16 @@ end
 if not fence or state == 'f' or holder ~= ARGV[1] then
   return -1
 end
-redis.call('set', key, 'L1:' .. fence .. ':f:', 'keepttl')
+local left = 0
+if ARGV[4] then
+  local now = redis.call('time')
+  left = tonumber(ARGV[4]) - (tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
+end
+if left > 0 then
+  redis.call('pexpire', key, left)
+else
+  redis.call('set', key, 'L1:' .. fence .. ':f:', 'keepttl')
+end
 if state == 'w' then
   -- pcall: the lock is freed now, whatever the publish does; a user without
   -- rights on the channel (NOPERM) must not make the release look failed.

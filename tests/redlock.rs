@@ -420,3 +420,90 @@ async fn a_hold_kept_from_an_earlier_attempt_lasts_the_lease_the_client_counts()
     );
     first.expect("the first client held the lock to the end");
 }
+
+/// The server's time in ms on `node`.
+fn time_ms(node: &RedisServer) -> u64 {
+    let (secs, micros): (u64, u64) = node.query(&mut redis::cmd("TIME")).expect("TIME");
+    secs * 1000 + micros / 1000
+}
+
+/// When `key` expires on `node`, in ms by its clock (its `TIME` plus
+/// `PTTL`, read in one script); `None` when it is gone.
+fn expiry_ms(node: &RedisServer, key: &str) -> Option<u64> {
+    const EXPIRY: &str = "local p = redis.call('pttl', KEYS[1]) \
+         if p < 0 then return p end \
+         local t = redis.call('time') \
+         return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + p";
+    let at: i64 = node.query(redis::cmd("EVAL").arg(EXPIRY).arg(1).arg(key))?;
+    u64::try_from(at).ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_at_least_stays_on_a_quorum_until_its_end_by_each_node() {
+    const HOLD: Duration = Duration::from_millis(1_500);
+    let hold_ms = HOLD.as_millis() as u64;
+    let mut cluster = Cluster::start();
+    // One node is down when the lock is taken: it grants nothing, and its
+    // release (a plain one) does not matter.
+    cluster.nodes[4].stop();
+    let client = cluster.client(LockClient::builder()).await;
+    let other = cluster.client(LockClient::builder()).await;
+
+    let before = time_ms(&cluster.nodes[0]);
+    let options = LockOptions::new().wait(Duration::ZERO).hold_at_least(HOLD);
+    let body = async { Ok::<_, LockError>(lock_runtime::fencing_token().expect("held")) };
+    client
+        .run_locked("report", options, body)
+        .await
+        .expect("ran");
+    let after = time_ms(&cluster.nodes[0]);
+
+    // Each node that granted it keeps the hold for its owner, until its own
+    // grant's time plus the hold (one machine: one clock for all of them).
+    let mut owners = Vec::new();
+    for node in &cluster.nodes[..4] {
+        owners.extend(
+            node.owners("lock:report")
+                .into_iter()
+                .map(|(owner, _)| owner),
+        );
+        let end = expiry_ms(node, "lock:report").expect("kept");
+        assert!(
+            end + 1 >= before + hold_ms && end <= after + hold_ms + 1,
+            "expires at {end}: not the node's grant ({before}..{after}) plus {hold_ms} ms"
+        );
+    }
+    assert_eq!(owners.len(), 4, "held on every node that granted it");
+    assert!(owners.windows(2).all(|w| w[0] == w[1]), "{owners:?}");
+
+    // With one more node gone, the three left (a quorum) keep it until the
+    // end: another client's calls are refused until then.
+    cluster.nodes[3].stop();
+    let start = Instant::now();
+    let taken = loop {
+        let options = LockOptions::new().wait(Duration::ZERO);
+        let body = async { Ok::<_, LockError>(lock_runtime::fencing_token().expect("held")) };
+        match other.run_locked("report", options, body).await {
+            Ok(token) => break token,
+            Err(error) if error.is_timeout() => {}
+            Err(error) => panic!("{error}"),
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "still held");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Tokens are the nodes' times in µs: taken again past the end.
+    let at = taken / 1000;
+    println!(
+        "taken again at {at}, {} ms after the earliest end",
+        at - (before + hold_ms)
+    );
+    assert!(
+        at >= before + hold_ms,
+        "taken again at {at}, before {}",
+        before + hold_ms
+    );
+    assert!(
+        at <= after + hold_ms + 6_000,
+        "taken again at {at}: freed late"
+    );
+}

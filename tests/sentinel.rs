@@ -484,3 +484,137 @@ async fn a_release_the_replica_missed_is_sent_again_to_the_promoted_replica() {
         "the key was still held {FREED_WITHIN:?} after the promotion (state {state:?}): {last:?}"
     );
 }
+
+/// The server's time in ms on `server`.
+fn time_ms(server: &Server) -> Option<u64> {
+    let (secs, micros): (u64, u64) = server.query(&mut redis::cmd("TIME"))?;
+    Some(secs * 1000 + micros / 1000)
+}
+
+/// When `key` (full key) expires on `server`, in ms by its clock.
+fn expiry_ms(server: &Server, key: &str) -> Option<u64> {
+    const EXPIRY: &str = "local p = redis.call('pttl', KEYS[1]) \
+         if p < 0 then return p end \
+         local t = redis.call('time') \
+         return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + p";
+    let at: i64 = server.query(redis::cmd("EVAL").arg(EXPIRY).arg(1).arg(key))?;
+    u64::try_from(at).ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_at_least_past_its_lease_survives_a_failover_with_sync_replicas() {
+    let _serial = SERIAL.lock().await;
+    let mut sentinels = Sentinels::start();
+    // A long replicas' timeout: the release below waits for the replica to
+    // come back.
+    let sync = Duration::from_secs(8);
+    let first = client(&sentinels, LockClient::builder().sync_replicas(1, sync)).await;
+    let second = client(&sentinels, LockClient::builder()).await;
+    // The hold ends long after its 1 s lease, and after the failover.
+    const HOLD: Duration = Duration::from_secs(12);
+    let options = LockOptions::new()
+        .lease(Duration::from_secs(1))
+        .wait(Duration::ZERO)
+        .hold_at_least(HOLD);
+
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    let (go_tx, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let call = tokio::spawn(async move {
+        let body = async {
+            let _ = held_tx.send(lock_runtime::fencing_token().expect("held"));
+            let _ = go_rx.await;
+            Ok::<_, LockError>(())
+        };
+        first
+            .run_locked("report", options, body)
+            .await
+            .map(|()| first)
+    });
+    let token = held_rx.await.expect("the body ran");
+    let end = token / 1000 + HOLD.as_millis() as u64;
+
+    // Just before the body ends the replica is frozen for 1.5 s and the
+    // master drops its link: the release that keeps the hold lands on the
+    // master, and reaches the replica only once it is back and has
+    // reconnected, which the release's WAIT waits for. A release that did
+    // not wait would return first, the master would die without passing it
+    // on, and the replica, promoted after its copy's 1 s lease ran out,
+    // would have nothing left for a release sent again to keep.
+    let paused = sentinels.replica.pause();
+    let dropped: Option<i64> = sentinels
+        .master
+        .query(redis::cmd("CLIENT").arg("KILL").arg("TYPE").arg("replica"));
+    assert_eq!(dropped, Some(1), "the master dropped its replica");
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1_500)).await;
+        drop(paused);
+    });
+    go_tx.send(()).expect("the body waits");
+    let first = call
+        .await
+        .expect("call task")
+        .expect("released, kept until the end");
+    sentinels.master.stop();
+    let promoted = wait_until(FAILOVER_LIMIT, || {
+        sentinels.current_master_port() == Some(sentinels.replica.port())
+            && sentinels
+                .replica
+                .query::<Vec<redis::Value>>(&mut redis::cmd("ROLE"))
+                .and_then(|role| role.into_iter().next())
+                .is_some_and(|kind| kind == redis::Value::BulkString(b"master".to_vec()))
+    });
+    assert!(promoted, "the replica was promoted");
+    let now = time_ms(&sentinels.replica).expect("TIME");
+    assert!(
+        now + 1_000 < end,
+        "the failover ended at {now}, too close to the hold's end {end} to check it"
+    );
+
+    // The new master keeps the hold of the first call, until the end.
+    let value: Option<String> = sentinels
+        .replica
+        .query(redis::cmd("GET").arg("lock:report"))
+        .flatten();
+    let (fence, state, _) = value
+        .and_then(|v| parse_lock(&v))
+        .expect("the new master has the lock");
+    assert_eq!(fence, token);
+    assert_ne!(state, "f", "still held");
+    let expires = expiry_ms(&sentinels.replica, "lock:report").expect("kept");
+    println!(
+        "on the new master the lock expires {} ms from its end",
+        expires as i64 - end as i64
+    );
+    assert!(
+        expires + 2 >= end,
+        "expires at {expires}, before the end {end}"
+    );
+
+    // Another client's calls are refused there until the end, then take it.
+    let mut refused = 0;
+    let start = Instant::now();
+    let taken = loop {
+        let options = LockOptions::new().wait(Duration::ZERO);
+        let body = async { Ok::<_, LockError>(lock_runtime::fencing_token().expect("held")) };
+        match second.run_locked("report", options, body).await {
+            Ok(taken) => break taken,
+            Err(error) if error.is_timeout() => refused += 1,
+            // Not on the new master yet.
+            Err(_) => {}
+        }
+        assert!(start.elapsed() < FAILOVER_LIMIT, "still not taken");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let at = taken / 1000;
+    println!(
+        "refused {refused} times; taken again {} ms after the end",
+        at as i64 - end as i64
+    );
+    assert!(refused > 0, "no call found it held on the new master");
+    assert!(at >= end, "taken again at {at}, before the end {end}");
+    assert!(
+        at <= end + 6_000,
+        "taken again at {at}, long after the end {end}"
+    );
+    drop(first);
+}

@@ -95,6 +95,12 @@ pub(super) fn release_call<'a>(
 /// answers 1 (with `end` still ahead, kept until then instead). `token`
 /// goes out with the notice, so that a waiter told by several nodes wakes
 /// once.
+///
+/// A release with an end, where the route syncs replicas, is followed by
+/// `WAIT` as an acquire is: the end may lie past the lease the replicas
+/// know, and a replica promoted without it would free the lock at that
+/// lease (a release sent again after the failover finds nothing there
+/// once the lease has run out).
 pub(super) async fn release(
     scripts: &'static ReleaseScripts,
     route: &impl Route,
@@ -104,7 +110,22 @@ pub(super) async fn release(
     lease_end: (Duration, Option<End>),
 ) -> Result<Release, RedisError> {
     let call = release_call(scripts, route, key, hold, lease_end);
-    let freed: i64 = route.run(lane, &call).await?;
+    let freed: i64 = match (lease_end.1, route.sync()) {
+        (Some(_), Some(sync)) => {
+            let (answer, acked) = Box::pin(route.run_synced(call, None)).await?;
+            if acked < sync.replicas {
+                tracing::warn!(
+                    key,
+                    acked,
+                    needed = sync.replicas,
+                    "the end of a hold_at_least reached fewer replicas than sync_replicas \
+                     asks: a failover before that end may free the lock at its lease"
+                );
+            }
+            redis::from_redis_value(answer)?
+        }
+        _ => route.run(lane, &call).await?,
+    };
     Ok(if freed == 1 {
         Release::Freed
     } else {

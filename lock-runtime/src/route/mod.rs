@@ -117,7 +117,8 @@ pub(crate) struct ScriptCall<'a> {
     pub cmd: Cmd,
     /// A release of a hold of this lease: a route that can fail over keeps
     /// it for that long, to send it again to a new master (see
-    /// `route/replay.rs`).
+    /// `route/replay.rs`), whether it runs it by [`Route::run`] or, for a
+    /// release that keeps a hold until its end, [`Route::run_synced`].
     pub replay: Option<Duration>,
 }
 

@@ -1,5 +1,6 @@
 //! Replica-synced writes (`sync_replicas`): a script call (an acquire, a
-//! renewal batch) and `WAIT n timeout` in one pipeline, on one node: the
+//! renewal batch, a release that keeps a hold until its end) and
+//! `WAIT n timeout` in one pipeline, on one node: the
 //! node of a single-node client, the current Sentinel master, or each
 //! Cluster master (one pool per master, so that one master's slow replica
 //! delays only the calls on that master).
@@ -47,6 +48,8 @@ pub(crate) struct Replicated {
     /// connection included: the command timeout plus the replicas' timeout.
     bound: Duration,
     idle: Mutex<Vec<MultiplexedConnection>>,
+    /// The scripts this client has loaded on the node (by their SHA-1).
+    loaded: Mutex<Vec<&'static str>>,
 }
 
 impl Replicated {
@@ -64,7 +67,14 @@ impl Replicated {
             config,
             bound,
             idle: Mutex::new(Vec::new()),
+            loaded: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Whether this client has loaded `script` on the node.
+    fn has_loaded(&self, script: &'static Script) -> bool {
+        let loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
+        loaded.contains(&script.get_hash())
     }
 
     /// A connection that no other call uses until it is given back.
@@ -93,13 +103,25 @@ impl Replicated {
 
     /// `cmd` (an EVALSHA of `script`) then `WAIT`, in one pipeline on `con`:
     /// the script's answer and how many replicas acknowledged. The script is
-    /// loaded and the pipeline sent again after a `NOSCRIPT`.
+    /// loaded first the first time this client sends it to the node: a
+    /// `NOSCRIPT` answer comes only after the `WAIT` behind it, which lasts
+    /// the replicas' timeout when they are away, and the script would run
+    /// that late (a release past the lease of the hold it keeps). After a
+    /// `NOSCRIPT` all the same (the node lost its scripts), the script is
+    /// loaded and the pipeline sent again.
     async fn with_wait<T: FromRedisValue>(
         &self,
-        script: &Script,
+        script: &'static Script,
         cmd: &Cmd,
         con: &mut MultiplexedConnection,
     ) -> Result<(T, usize), RedisError> {
+        if !self.has_loaded(script) {
+            script.load_async(con).await?;
+            let mut loaded = self.loaded.lock().unwrap_or_else(PoisonError::into_inner);
+            if !loaded.contains(&script.get_hash()) {
+                loaded.push(script.get_hash());
+            }
+        }
         let mut pipe = redis::pipe();
         pipe.add_command(cmd.clone())
             .cmd("WAIT")

@@ -458,6 +458,10 @@ impl Route for SentinelBackend {
         call: ScriptCall<'_>,
         undo: Option<Cmd>,
     ) -> Result<(Value, usize), RedisError> {
+        if let Some(lease) = call.replay {
+            // A synced release (one that keeps a hold until its end).
+            self.shared.replay.record(&call, lease);
+        }
         let answer = self.master().backend.run_synced(call, undo).await;
         self.check(&answer);
         answer

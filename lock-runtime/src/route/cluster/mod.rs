@@ -217,6 +217,10 @@ impl Route for ClusterBackend {
         let Some(synced) = &self.synced else {
             return Ok((self.run(&Lane::Home, &call).await?, 0));
         };
+        if let Some(lease) = call.replay {
+            // A synced release (one that keeps a hold until its end).
+            self.replay.record(&call, lease);
+        }
         let routed = (call.script, call.key);
         synced
             .run(&self.home, &self.commands, routed, (call.cmd, undo))

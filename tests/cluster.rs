@@ -5,8 +5,9 @@
 //! client seeded with replicas only, a clear error on a node that is not a
 //! cluster, releases and withdrawals that a promoted replica missed sent
 //! to it again (waking the releasing client's own waiters; after a failed
-//! try, and with another master frozen), and errors that name the dead
-//! master. One test at a time: they share the machine's two cores.
+//! try, and with another master frozen), errors that name the dead
+//! master, and `hold_at_least` on every master, with and without
+//! `sync_replicas`. One test at a time: they share the machine's two cores.
 mod support;
 
 use std::collections::HashSet;
@@ -1181,6 +1182,57 @@ async fn an_error_names_the_node_that_failed_not_the_seeds() {
         assert!(
             others.iter().all(|node| !shown.contains(node.as_str())),
             "the error names another node than the dead master {dead}: {shown}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_at_least_keeps_keys_on_every_master_until_their_end() {
+    let _serial = SERIAL.lock().await;
+    let cluster = RedisCluster::start();
+    let sync = Duration::from_secs(2);
+    let synced = client(&cluster, LockClient::builder().sync_replicas(1, sync)).await;
+    let plain = client(&cluster, LockClient::builder()).await;
+    let other = client(&cluster, LockClient::builder()).await;
+    // Past the lease: the release sets the key's expiry to the end.
+    const HOLD: Duration = Duration::from_secs(1);
+    let options = LockOptions::new()
+        .wait(Duration::ZERO)
+        .lease(Duration::from_millis(300))
+        .hold_at_least(HOLD);
+    let keys = spread_keys(&cluster, 6);
+    let mut tokens = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let client = if i % 2 == 0 { &synced } else { &plain };
+        let body = async { Ok::<_, LockError>(lock_runtime::fencing_token().expect("held")) };
+        tokens.push(client.run_locked(key, options, body).await.expect("ran"));
+    }
+    // Each key is taken again only at or past its end (a fresh key's token
+    // is its master's time in µs), and well before a 30 s lease.
+    let start = Instant::now();
+    for (key, token) in keys.iter().zip(&tokens) {
+        let end = token / 1000 + HOLD.as_millis() as u64;
+        let taken = loop {
+            let probe = LockOptions::new().wait(Duration::ZERO);
+            let body = async { Ok::<_, LockError>(lock_runtime::fencing_token().expect("held")) };
+            match other.run_locked(key, probe, body).await {
+                Ok(taken) => break taken / 1000,
+                Err(error) if error.is_timeout() => {}
+                Err(error) => panic!("{key}: {error}"),
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "{key} still held"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert!(
+            taken >= end,
+            "{key} taken again at {taken}, before its end {end}"
+        );
+        assert!(
+            taken <= end + 6_000,
+            "{key} taken again at {taken}, long after {end}"
         );
     }
 }

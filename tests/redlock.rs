@@ -420,3 +420,16 @@ async fn a_hold_kept_from_an_earlier_attempt_lasts_the_lease_the_client_counts()
     );
     first.expect("the first client held the lock to the end");
 }
+
+/// Several keys at once by quorum, under contention: no deadlock, no key
+/// with two holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_keys_by_quorum_never_deadlock_under_contention() {
+    let cluster = Cluster::start();
+    let clients = [
+        cluster.client(LockClient::builder()).await,
+        cluster.client(LockClient::builder()).await,
+    ];
+    let figures = support::several::contention(&clients, &["q:a", "q:b", "q:c"], 4, 15).await;
+    assert_eq!((figures.timeouts, figures.overlaps), (0, 0), "{figures:?}");
+}

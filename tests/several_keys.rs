@@ -357,3 +357,13 @@ async fn a_refused_zero_wait_call_sends_one_request() {
     assert_eq!(server.command_calls("evalsha") - before, 1);
     holder.release().await.expect("holder");
 }
+
+on_both_backends! {
+    /// Four callers over two clients, each listing three keys in a new
+    /// random order at every call: no deadlock, no key with two holders.
+    async fn random_orders_under_contention(env: Env) {
+        let clients = [env.client.clone(), env.other_client().await];
+        let figures = support::several::contention(&clients, &["k:a", "k:b", "k:c"], 4, 25).await;
+        assert_eq!((figures.timeouts, figures.overlaps), (0, 0), "{figures:?}");
+    }
+}

@@ -55,12 +55,14 @@ pub(crate) async fn acquire(
         let (taken, acked) = match answer {
             Ok(GroupAnswer::Taken { tokens, acked }) => (tokens, acked),
             Ok(GroupAnswer::Refused { index, ttl }) => {
-                give_back(route, lane, keys, owners, &groups[..done], claim).await;
+                // A give-back that failed leaves the caller's error: its
+                // caller gives the whole set back again, in the background.
+                give_back(route, lane, keys, owners, &groups[..done], claim).await?;
                 let index = group[index];
                 return Ok(Several::Refused { index, ttl });
             }
             Err(error) => {
-                give_back(route, lane, keys, owners, &groups[..=done], claim).await;
+                let _ = give_back(route, lane, keys, owners, &groups[..=done], claim).await;
                 return Err(error);
             }
         };
@@ -151,8 +153,9 @@ fn read_answer(answer: Value, count: usize, acked: usize) -> Result<GroupAnswer,
 }
 
 /// Gives back every key of `groups`, key by key, all at once, within the
-/// route's own timeouts; what each release found does not matter here (a
-/// key the call never took answers "not held").
+/// route's own timeouts: the first error, if any release failed. What each
+/// release found does not matter here (a key the call never took answers
+/// "not held").
 async fn give_back(
     route: &impl Route,
     lane: &Lane,
@@ -160,12 +163,16 @@ async fn give_back(
     owners: &[&str],
     groups: &[Vec<usize>],
     claim: Claim,
-) {
+) -> Result<(), RedisError> {
     let releases = groups.iter().flatten().map(|&i| {
         let hold = (owners[i], 0);
         release(route, lane, keys[i], hold, claim)
     });
-    join_all(releases).await;
+    join_all(releases)
+        .await
+        .into_iter()
+        .find_map(Result::err)
+        .map_or(Ok(()), Err)
 }
 
 /// The single-key release of `hold` at `key`, for a hold `claim` took.

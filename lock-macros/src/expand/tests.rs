@@ -444,16 +444,32 @@ fn hold_at_least_literal_and_expression() {
     assert_eq!(actual.to_string(), expected.to_string());
 }
 
-/// Each error of `keys` and `hold_at_least`, as `Args::parse` and the key
-/// checks gather them; an empty message means the options compile.
-#[test]
-fn keys_and_hold_at_least_errors() {
+/// Expands `async fn f(from: u64, to: u64)` with each case's options and
+/// checks that the output has the case's message; an empty message means
+/// the options compile.
+fn assert_messages(cases: Vec<(TokenStream, &str)>) {
     let item = quote!(
         async fn f(from: u64, to: u64) -> Result<(), E> {
             Ok(())
         }
     );
-    let cases = [
+    for (args, message) in cases {
+        let out = super::distributed_lock(args.clone(), item.clone()).to_string();
+        if message.is_empty() {
+            assert!(!out.contains("compile_error"), "{args}: {out}");
+        } else {
+            assert!(
+                out.contains(message),
+                "{args}: {message} missing from {out}"
+            );
+        }
+    }
+}
+
+/// Each error of `keys`, from `Args::parse` and the key checks.
+#[test]
+fn keys_errors() {
+    assert_messages(vec![
         (
             quote!(key = "k", keys = ["a", "b"]),
             "`keys` cannot be combined with `key`: a call takes one key",
@@ -501,6 +517,17 @@ fn keys_and_hold_at_least_errors() {
         (quote!(keys = ["a", "b"], mode = "read"), ""),
         (quote!(mode = "write", keys = ["a:<from>"]), ""),
         (
+            quote!(keys = ["a"], keys = ["b"]),
+            "duplicate option `keys`",
+        ),
+    ]);
+}
+
+/// Each error of `hold_at_least`, from `Args::parse`.
+#[test]
+fn hold_at_least_errors() {
+    assert_messages(vec![
+        (
             quote!(key = "k", hold_at_least = "0s"),
             "`hold_at_least` must be greater than zero",
         ),
@@ -531,20 +558,5 @@ fn keys_and_hold_at_least_errors() {
             quote!(key = "k", hold_at_least = "1s", hold_at_least = "2s"),
             "duplicate option `hold_at_least`",
         ),
-        (
-            quote!(keys = ["a"], keys = ["b"]),
-            "duplicate option `keys`",
-        ),
-    ];
-    for (args, message) in cases {
-        let out = super::distributed_lock(args.clone(), item.clone()).to_string();
-        if message.is_empty() {
-            assert!(!out.contains("compile_error"), "{args}: {out}");
-        } else {
-            assert!(
-                out.contains(message),
-                "{args}: {message} missing from {out}"
-            );
-        }
-    }
+    ]);
 }

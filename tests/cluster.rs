@@ -1236,3 +1236,36 @@ async fn a_hold_at_least_keeps_keys_on_every_master_until_their_end() {
         );
     }
 }
+
+/// Several keys at once on a cluster, under contention: keys in three
+/// slots (taken slot by slot, given back when a slot refuses) and keys that
+/// share a hash tag (one script): no deadlock, no key with two holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_keys_across_slots_never_deadlock_under_contention() {
+    let _serial = SERIAL.lock().await;
+    let cluster = RedisCluster::start();
+    let a = client(&cluster, LockClient::builder()).await;
+    let b = client(&cluster, LockClient::builder()).await;
+    let spread = spread_keys(&cluster, 3);
+    let spread: Vec<&str> = spread.iter().map(String::as_str).collect();
+    let clients = [a, b];
+    let figures = support::several::contention(&clients, &spread, 4, 20).await;
+    assert_eq!((figures.timeouts, figures.overlaps), (0, 0), "{figures:?}");
+    let tagged = ["{acct}:1", "{acct}:2", "{acct}:3"];
+    let figures = support::several::contention(&clients, &tagged, 4, 20).await;
+    assert_eq!((figures.timeouts, figures.overlaps), (0, 0), "{figures:?}");
+    // A zero-wait call that finds a key of another slot taken holds none.
+    let holder = Holder::start(&clients[1], spread[2], LockOptions::new()).await;
+    let error = clients[0]
+        .run_locked_all(&spread, LockOptions::new().wait(Duration::ZERO), async {
+            Ok::<_, LockError>(())
+        })
+        .await
+        .expect_err("one key held");
+    assert!(matches!(error, LockError::Timeout { .. }), "{error}");
+    for key in &spread[..2] {
+        let info = clients[0].inspect(key).await.expect("inspect");
+        assert!(!info.is_held(), "{key} left held");
+    }
+    holder.release().await.expect("holder");
+}

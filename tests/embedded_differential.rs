@@ -201,7 +201,8 @@ impl Generator {
         let key = KEYS[k].to_owned();
         match self.rng.range(0, 999) {
             0..=39 => Call::Sleep(self.rng.range(100, 400)),
-            40..=544 => self.acquire(k, key),
+            40..=494 => self.acquire(k, key),
+            495..=544 => self.acquire_all(),
             545..=714 => self.release(key),
             715..=804 => self.renew(),
             805..=854 => self.fence(key, now_us),
@@ -244,6 +245,27 @@ impl Generator {
             queued.to_owned(),
         ];
         script("shared_acquire", vec![key], args)
+    }
+
+    /// Several keys at once: two or three of the keys in a random order,
+    /// each with an owner of its own, as a writer or a reader.
+    fn acquire_all(&mut self) -> Call {
+        let mut keys: Vec<String> = KEYS.iter().map(|k| (*k).to_owned()).collect();
+        for i in (1..keys.len()).rev() {
+            let j = self.rng.range(0, i as u64) as usize;
+            keys.swap(i, j);
+        }
+        keys.truncate(self.rng.range(2, 3) as usize);
+        let mode = if self.rng.chance(30) { "r" } else { "x" };
+        let mut args = vec![
+            mode.to_owned(),
+            self.lease(),
+            self.rng.range(200, 1_500).to_string(),
+        ];
+        for _ in &keys {
+            args.push(self.owner());
+        }
+        script("acquire_all", keys, args)
     }
 
     /// A release of a random owner: a holder's, a waiter giving up its
@@ -461,6 +483,18 @@ impl Check {
                     _ => a == b,
                 }
             }
+            ("acquire_all", Array(a), Array(b)) if a.len() == b.len() => {
+                match (a.as_slice(), b.as_slice()) {
+                    ([Int(1), ta @ ..], [Int(1), tb @ ..]) => {
+                        ta.iter().zip(tb).all(|pair| match pair {
+                            (Int(x), Int(y)) => self.token(*x, *y),
+                            _ => false,
+                        })
+                    }
+                    ([Int(0), i, Int(x)], [Int(0), j, Int(y)]) => i == j && self.ms(*x, *y),
+                    _ => a == b,
+                }
+            }
             ("inspect", Array(a), Array(b)) if a.len() == 4 && b.len() == 4 => {
                 self.token_text(&text(&a[0]), &text(&b[0]))
                     && a[1] == b[1]
@@ -588,7 +622,7 @@ struct Sides {
     shas: HashMap<&'static str, String>,
 }
 
-const SCRIPTS: [&str; 8] = [
+const SCRIPTS: [&str; 9] = [
     "acquire",
     "release",
     "renew",
@@ -597,6 +631,7 @@ const SCRIPTS: [&str; 8] = [
     "inspect",
     "shared_acquire",
     "shared_release",
+    "acquire_all",
 ];
 
 impl Sides {

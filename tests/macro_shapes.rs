@@ -595,3 +595,83 @@ async fn kind_options() {
     send(partner.limited(1));
     send(partner.call(1));
 }
+
+/// `keys` and `hold_at_least`. The futures are only built (which evaluates
+/// nothing), to show that each shape compiles and is `Send`.
+mod several_keys {
+    use std::time::Duration;
+
+    use lock_runtime::{distributed_lock, LockClient};
+
+    use super::AppError;
+
+    pub struct Bank {
+        pub name: String,
+        pub locks: LockClient,
+        pub period: Duration,
+    }
+
+    impl Bank {
+        /// `self` fields in the templates; the body uses `self` too.
+        #[distributed_lock(
+            keys = ["bank:<self.name>:account:<from>", "bank:<self.name>:account:<to>"],
+            lease = "30s"
+        )]
+        pub async fn transfer(&self, from: u64, to: u64, amount: u64) -> Result<u64, AppError> {
+            Ok(from + to + amount + self.name.len() as u64)
+        }
+
+        /// On the bank's own client, every key as a reader; the body takes
+        /// `self`.
+        #[distributed_lock(
+            keys = ["account:<from>", "account:<to:?>"],
+            client = &self.locks,
+            mode = "read",
+            wait = "0s"
+        )]
+        pub async fn audit(self, from: u64, to: String) -> Result<usize, AppError> {
+            Ok(self.name.len() + to.len() + from as usize)
+        }
+
+        /// Held until `self.period` after it was taken, skipped when taken.
+        #[distributed_lock(key = "report:<self.name>", hold_at_least = self.period, wait = "0s")]
+        pub async fn report(&self) -> Result<(), AppError> {
+            Ok(())
+        }
+    }
+
+    #[distributed_lock(key = "report:<period>", hold_at_least = "1s", mode = "write")]
+    pub async fn report(period: u64) -> Result<u64, AppError> {
+        Ok(period)
+    }
+
+    /// In an `#[async_trait]` impl, where `self` is renamed.
+    #[async_trait::async_trait]
+    pub trait Ledger {
+        async fn post(&self, from: u64, (a, b): (u8, u8)) -> Result<u64, AppError>;
+    }
+
+    #[async_trait::async_trait]
+    impl Ledger for Bank {
+        #[distributed_lock(keys = ["<self.name>:<from>", "<self.name>:<a>:<b>"])]
+        async fn post(&self, from: u64, (a, b): (u8, u8)) -> Result<u64, AppError> {
+            Ok(from + u64::from(a) + u64::from(b))
+        }
+    }
+}
+
+#[test]
+fn keys_and_hold_at_least_shapes() {
+    use several_keys::Ledger;
+
+    let bank = several_keys::Bank {
+        name: "north".into(),
+        locks: lock_runtime::LockClient::in_memory(),
+        period: std::time::Duration::from_secs(60),
+    };
+    send(bank.transfer(1, 2, 3));
+    send(bank.report());
+    send(bank.post(1, (2, 3)));
+    send(several_keys::report(1));
+    send(bank.audit(1, "to".into()));
+}

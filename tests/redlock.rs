@@ -507,3 +507,16 @@ async fn a_hold_at_least_stays_on_a_quorum_until_its_end_by_each_node() {
         "taken again at {at}: freed late"
     );
 }
+
+/// Several keys at once by quorum, under contention: no deadlock, no key
+/// with two holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_keys_by_quorum_never_deadlock_under_contention() {
+    let cluster = Cluster::start();
+    let clients = [
+        cluster.client(LockClient::builder()).await,
+        cluster.client(LockClient::builder()).await,
+    ];
+    let figures = support::several::contention(&clients, &["q:a", "q:b", "q:c"], 4, 15).await;
+    assert_eq!((figures.timeouts, figures.overlaps), (0, 0), "{figures:?}");
+}

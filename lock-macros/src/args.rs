@@ -1,12 +1,14 @@
-//! The attribute's options: `key`, `lease`, `wait`, `renew`, `mode`,
-//! `permits`, `fair`, `waiter_lease`, `crate` and `client`.
+//! The attribute's options: `key`, `keys`, `lease`, `wait`, `renew`, `mode`,
+//! `permits`, `fair`, `waiter_lease`, `hold_at_least`, `crate` and `client`.
 //!
-//! `lease`, `wait` and `waiter_lease` are a duration string, checked here, or
-//! any other expression, evaluated at call time (its type is checked by the
-//! compiler). `permits` is a count, checked here, or any other expression of
-//! type `u32`. `mode` (`"read"` or `"write"`) and `fair` are literals; the
-//! kinds that do not exist together (`permits` with `mode`, `fair = true`
-//! with either) are refused here.
+//! `key` is a string literal and `keys` an array of them, neither empty nor
+//! with a template twice; a call has one of the two. `lease`, `wait`,
+//! `waiter_lease` and `hold_at_least` are a duration string, checked here,
+//! or any other expression, evaluated at call time (its type is checked by
+//! the compiler). `permits` is a count, checked here, or any other
+//! expression of type `u32`. `mode` (`"read"` or `"write"`) and `fair` are
+//! literals. The options that do not exist together (see [`Kind`]) are
+//! refused here.
 
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
@@ -15,10 +17,12 @@ use syn::parse::Parser;
 use syn::{Expr, ExprLit, ExprUnary, Lit, LitInt, LitStr, UnOp};
 
 use crate::duration;
+use crate::kind::Kind;
 
 /// The names the attribute accepts, in the order error messages list them.
-const OPTIONS: [&str; 10] = [
+const OPTIONS: [&str; 12] = [
     "key",
+    "keys",
     "lease",
     "wait",
     "renew",
@@ -26,6 +30,7 @@ const OPTIONS: [&str; 10] = [
     "permits",
     "fair",
     "waiter_lease",
+    "hold_at_least",
     "crate",
     "client",
 ];
@@ -36,6 +41,9 @@ const OPTIONS: [&str; 10] = [
 pub(crate) struct Args {
     /// The key template, still unparsed.
     pub key: Option<LitStr>,
+    /// The key templates of `keys = [...]`, still unparsed: at least one,
+    /// no two alike.
+    pub keys: Option<Vec<LitStr>>,
     /// The lease; a literal is never under 10 ms.
     pub lease: Option<DurationArg>,
     /// The wait; zero means try once.
@@ -51,6 +59,9 @@ pub(crate) struct Args {
     /// How long a waiter's place lives without a heartbeat; a literal is
     /// never under 10 ms.
     pub waiter_lease: Option<DurationArg>,
+    /// How long after its acquisition the lock stays taken, at least; a
+    /// literal is never zero.
+    pub hold_at_least: Option<DurationArg>,
     /// The path of the runtime crate, for renamed dependencies.
     pub krate: Option<(syn::Path, Span)>,
     /// The client to lock on instead of the global one: an expression of
@@ -71,7 +82,7 @@ impl Args {
             errors.push(error);
             return args;
         }
-        // Whether `key` was written at all, even with a bad value.
+        // Whether `key` or `keys` was written at all, even with a bad value.
         let mut key_seen = false;
 
         let parser = syn::meta::parser(|meta| {
@@ -84,7 +95,7 @@ impl Args {
             // Errors in reading the tokens stop here; errors in the value are
             // gathered below and parsing goes on with the next option.
             let value: Expr = meta.value()?.parse()?;
-            key_seen |= name == "key";
+            key_seen |= name == "key" || name == "keys";
             args.set(&meta, &name, value, errors);
             Ok(())
         });
@@ -95,7 +106,9 @@ impl Args {
             errors.push(syn::Error::new(
                 Span::call_site(),
                 "missing `key`: name the lock, e.g. \
-                 `#[distributed_lock(key = \"order:<id>\")]`",
+                 `#[distributed_lock(key = \"order:<id>\")]`, or list the keys to take \
+                 together, e.g. `#[distributed_lock(keys = [\"account:<from>\", \
+                 \"account:<to>\"])]`",
             ));
         }
         args
@@ -104,10 +117,6 @@ impl Args {
     /// Stores the value of the option `name`, or gathers its errors.
     fn set(&mut self, meta: &ParseNestedMeta<'_>, name: &str, value: Expr, errors: &mut Errors) {
         match name {
-            "key" => {
-                let key = string_lit(value, name, "\"order:<id>\"");
-                set_once(meta, &mut self.key, key, errors);
-            }
             "lease" => set_once(meta, &mut self.lease, duration_millis(value, name), errors),
             "wait" => set_once(meta, &mut self.wait, duration_millis(value, name), errors),
             "waiter_lease" => {
@@ -118,7 +127,9 @@ impl Args {
                 let renew = bool_lit(value, name, "false");
                 set_once(meta, &mut self.renew, renew, errors);
             }
-            "mode" | "permits" | "fair" => self.set_kind(meta, name, value, errors),
+            "key" | "keys" | "mode" | "permits" | "fair" | "hold_at_least" => {
+                self.set_kind(meta, name, value, errors);
+            }
             "client" => set_once(meta, &mut self.client, Ok(Box::new(value)), errors),
             _ => {
                 let krate = crate_path(value, name);
@@ -127,9 +138,9 @@ impl Args {
         }
     }
 
-    /// Stores `mode`, `permits` or `fair`. The first valid occurrence of one
-    /// that cannot go with an option before it is an error spanned on the
-    /// whole `name = value`.
+    /// Stores `key`, `keys`, `mode`, `permits`, `fair` or `hold_at_least`.
+    /// The first valid occurrence of one that cannot go with an option
+    /// before it is an error spanned on the whole `name = value`.
     fn set_kind(
         &mut self,
         meta: &ParseNestedMeta<'_>,
@@ -141,8 +152,17 @@ impl Args {
         let written = quote!(#path #value);
         let before = self.kinds();
         match name {
+            "key" => {
+                let key = string_lit(value, name, "\"order:<id>\"");
+                set_once(meta, &mut self.key, key, errors);
+            }
+            "keys" => set_once(meta, &mut self.keys, keys_array(value), errors),
             "mode" => set_once(meta, &mut self.mode, mode_lit(value), errors),
             "permits" => set_once(meta, &mut self.permits, permits_arg(value), errors),
+            "hold_at_least" => {
+                let hold = duration_millis(value, name);
+                set_once(meta, &mut self.hold_at_least, hold, errors);
+            }
             _ => set_once(meta, &mut self.fair, bool_lit(value, name, "true"), errors),
         }
         let after = self.kinds();
@@ -150,17 +170,25 @@ impl Args {
         let Some(this) = after.iter().find(|kind| !before.contains(kind)) else {
             return;
         };
-        // Any kind set before is another kind: only one per call.
-        if let Some(earlier) = before.first() {
-            errors.push(syn::Error::new_spanned(written, this.conflict(*earlier)));
+        // Any option set before that this one cannot go with.
+        if let Some(message) = before.iter().find_map(|earlier| this.conflict(*earlier)) {
+            errors.push(syn::Error::new_spanned(written, message));
         }
     }
 
-    /// The kind options set so far that constrain the others.
+    /// The options set so far that constrain the others.
     fn kinds(&self) -> Vec<Kind> {
         let mut kinds = Vec::new();
-        if self.mode.is_some() {
-            kinds.push(Kind::Mode);
+        if self.key.is_some() {
+            kinds.push(Kind::Key);
+        }
+        if self.keys.is_some() {
+            kinds.push(Kind::Keys);
+        }
+        match self.mode {
+            Some((ModeArg::Read, _)) => kinds.push(Kind::ModeRead),
+            Some((ModeArg::Write, _)) => kinds.push(Kind::ModeWrite),
+            None => {}
         }
         if self.permits.is_some() {
             kinds.push(Kind::Permits);
@@ -168,59 +196,10 @@ impl Args {
         if matches!(self.fair, Some((true, _))) {
             kinds.push(Kind::Fair);
         }
+        if self.hold_at_least.is_some() {
+            kinds.push(Kind::HoldAtLeast);
+        }
         kinds
-    }
-}
-
-/// An option that picks a kind of lock: the runtime has no lock for two of
-/// them together.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// `mode = ...`: a read-write lock.
-    Mode,
-    /// `permits = ...`: a counted lock.
-    Permits,
-    /// `fair = true`: a fair lock.
-    Fair,
-}
-
-impl Kind {
-    /// The option as the messages write it.
-    fn written(self) -> &'static str {
-        match self {
-            Kind::Mode => "`mode`",
-            Kind::Permits => "`permits`",
-            Kind::Fair => "`fair = true`",
-        }
-    }
-
-    /// What the option gives on its own.
-    fn alone(self) -> &'static str {
-        match self {
-            Kind::Mode => "`mode` alone takes the key as a reader or a writer",
-            Kind::Permits => "`permits` alone lets at most that many holders in at once",
-            Kind::Fair => "`fair = true` alone takes an exclusive lock in arrival order",
-        }
-    }
-
-    /// The error for `self` written after `earlier`.
-    fn conflict(self, earlier: Kind) -> String {
-        let why = match (self, earlier) {
-            (Kind::Mode, Kind::Permits) | (Kind::Permits, Kind::Mode) => {
-                "a key is a read-write lock or a counted lock, not both"
-            }
-            (Kind::Fair, Kind::Mode) | (Kind::Mode, Kind::Fair) => {
-                "there is no fair read-write lock yet"
-            }
-            _ => "there is no fair counted lock yet",
-        };
-        format!(
-            "{} cannot be combined with {}: {why}; drop one of them ({}, {})",
-            self.written(),
-            earlier.written(),
-            earlier.alone(),
-            self.alone(),
-        )
     }
 }
 
@@ -271,12 +250,82 @@ fn string_lit(value: Expr, name: &str, example: &str) -> syn::Result<LitStr> {
     }
 }
 
+/// The templates in the array `value`, for `keys`: string literals, at
+/// least one, each once. Each mistake is an error spanned on it.
+fn keys_array(value: Expr) -> syn::Result<Vec<LitStr>> {
+    let array = match value {
+        Expr::Array(array) if array.attrs.is_empty() => array,
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit),
+            attrs,
+        }) if attrs.is_empty() => {
+            return Err(syn::Error::new(
+                lit.span(),
+                format!(
+                    "`keys` takes an array of key templates: write `keys = [{}]`, or \
+                     `key = {0}` for one key",
+                    lit.token()
+                ),
+            ))
+        }
+        other => {
+            return Err(syn::Error::new_spanned(
+                other,
+                "`keys` takes an array of string literals, one key template each: \
+                 `keys = [\"account:<from>\", \"account:<to>\"]`",
+            ))
+        }
+    };
+    if array.elems.is_empty() {
+        return Err(syn::Error::new_spanned(
+            &array,
+            "`keys` is empty: list the keys to take together, as in \
+             `keys = [\"account:<from>\", \"account:<to>\"]`, or write `key = \"...\"` \
+             for one key",
+        ));
+    }
+    let mut errors = Errors::default();
+    let mut templates: Vec<LitStr> = Vec::new();
+    for element in array.elems {
+        match element {
+            Expr::Lit(ExprLit {
+                lit: Lit::Str(lit),
+                attrs,
+            }) if attrs.is_empty() => {
+                if templates
+                    .iter()
+                    .any(|earlier| earlier.value() == lit.value())
+                {
+                    errors.push(syn::Error::new(
+                        lit.span(),
+                        format!(
+                            "the key template {} is listed twice in `keys`: remove this one \
+                             (a call takes each key once)",
+                            lit.token()
+                        ),
+                    ));
+                } else {
+                    templates.push(lit);
+                }
+            }
+            other => errors.push(syn::Error::new_spanned(
+                other,
+                "`keys` takes string literals, one key template each: write this key as a \
+                 string, as in `keys = [\"account:<from>\", \"account:<to>\"]`",
+            )),
+        }
+    }
+    errors.finish()?;
+    Ok(templates)
+}
+
 /// The shortest lease, in milliseconds: the runtime's
 /// `LockOptions::SHORTEST_LEASE`.
 const SHORTEST_LEASE_MS: u64 = 10;
 
 /// A duration string in milliseconds, for `lease` or `waiter_lease` (at
-/// least 10 ms) or `wait`; any other expression is kept for the call.
+/// least 10 ms), `wait` or `hold_at_least` (not zero); any other expression
+/// is kept for the call.
 fn duration_millis(value: Expr, name: &str) -> syn::Result<DurationArg> {
     let lit = match value {
         Expr::Lit(ExprLit {
@@ -295,7 +344,8 @@ fn duration_millis(value: Expr, name: &str) -> syn::Result<DurationArg> {
 }
 
 /// Why `millis` is too short for `name`, if it is: a `lease` or a
-/// `waiter_lease` is at least 10 ms, a `wait` may be zero.
+/// `waiter_lease` is at least 10 ms, a `hold_at_least` more than zero, a
+/// `wait` may be zero.
 fn too_short(name: &str, millis: u64) -> Option<String> {
     if millis >= SHORTEST_LEASE_MS {
         return None;
@@ -314,6 +364,12 @@ fn too_short(name: &str, millis: u64) -> Option<String> {
         ("waiter_lease", 0) => Some(
             "`waiter_lease` must be greater than zero: give a duration such as \"5s\", \
              or leave `waiter_lease` out to use the default, 5s"
+                .to_owned(),
+        ),
+        ("hold_at_least", 0) => Some(
+            "`hold_at_least` must be greater than zero: with \"0s\" the lock is freed when \
+             the body ends, the same as without the option; drop `hold_at_least`, or give \
+             the time the lock must stay taken after it was acquired, such as \"1m\""
                 .to_owned(),
         ),
         ("waiter_lease", _) => Some(format!(
@@ -470,7 +526,7 @@ fn set_once<T>(
     }
 }
 
-/// A `lease`, `wait` or `waiter_lease` as written.
+/// A `lease`, `wait`, `waiter_lease` or `hold_at_least` as written.
 pub(crate) enum DurationArg {
     /// A duration string, in milliseconds, with the literal's span.
     Millis(u64, Span),

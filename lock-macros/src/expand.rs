@@ -32,6 +32,23 @@
 //! a `self` or `&mut self` receiver), and its temporaries would make the
 //! future `!Send` if the `.await` were in the same statement.
 //!
+//! With `keys = ["account:<from>", "account:<to>"]`, the keys are rendered
+//! the same way, together, in the order written, and the call runs once
+//! every key is held; the label is the templates joined with `", "`:
+//!
+//! ```text
+//! let __keys = ::lock_runtime::__private::keys(&[
+//!     ::core::format_args!("account:{}", ::lock_runtime::__private::shown(&from)),
+//!     ::core::format_args!("account:{}", ::lock_runtime::__private::shown(&to)),
+//! ]);
+//! let __options = ::lock_runtime::__private::options(None, None, true)
+//!     .label("account:<from>, account:<to>");
+//! let __locked = ::lock_runtime::__private::run_locked_all(__keys, __options, async move { .. });
+//! ```
+//!
+//! With `client = expr` the calls are `key_on` and `run_locked_on` (or
+//! `keys_on` and `run_locked_all_on`), each taking `&__client` first.
+//!
 //! `let __ret: ReturnType = { body }` gives `?` and `return` in the body the
 //! type to convert into, as in async-trait.
 //!
@@ -41,8 +58,11 @@
 //! `mode = "read"` is `.mode(::lock_runtime::LockMode::Read)`, `permits = 8`
 //! is `.permits(8u32)`, `fair = true` is `.fair(true)`, and
 //! `waiter_lease = "2s"` is
-//! `.waiter_lease(::core::time::Duration::from_millis(2000u64))`; a
-//! `permits` or `waiter_lease` expression is evaluated there too, once.
+//! `.waiter_lease(::core::time::Duration::from_millis(2000u64))`, and
+//! `hold_at_least = "1s"` is
+//! `.hold_at_least(::core::time::Duration::from_millis(1000u64))`; a
+//! `permits`, `waiter_lease` or `hold_at_least` expression is evaluated
+//! there too, once.
 //!
 //! `run_locked` gives a lock failure back apart from the body's result, and
 //! `finish` converts it with `E::from`: only `finish` has the bound
@@ -52,12 +72,12 @@
 //! at the `.await`, with the compiler's generic message (in an incremental
 //! build).
 //!
-//! `__key`, `__options` and `__ret` are `Span::mixed_site()`, so the body can neither see
-//! nor shadow them. `__locked` is the exception: it comes into scope after the
-//! body, so no user code can see it, and it carries the return type's span
-//! like the call and `finish`, so that a missing `E: From<LockError>` is
-//! reported on the return type, where `E` is written, rather than at the
-//! attribute.
+//! `__key` (or `__keys`), `__options` and `__ret` are `Span::mixed_site()`,
+//! so the body can neither see nor shadow them. `__locked` is the exception:
+//! it comes into scope after the body, so no user code can see it, and it
+//! carries the return type's span like the call and `finish`, so that a
+//! missing `E: From<LockError>` is reported on the return type, where `E` is
+//! written, rather than at the attribute.
 
 use proc_macro2::{Literal, Span, TokenStream};
 use quote::{quote, quote_spanned};
@@ -101,12 +121,12 @@ fn not_a_function(item: &TokenStream) -> Option<syn::Error> {
 }
 
 /// What `validate` found: the options, async-trait's form if the function
-/// is in it, the return type, the resolved key.
+/// is in it, the return type, the resolved key (or keys, with `keys`).
 struct Checked {
     args: Args,
     rewritten: Option<AsyncTraitFn>,
     return_type: Type,
-    key: Key,
+    keys: Vec<Key>,
 }
 
 /// Parses the options and checks the function and the key, gathering every
@@ -130,16 +150,18 @@ fn validate(args: TokenStream, function: &ItemFn) -> syn::Result<Checked> {
             crate::key::bound_names(&local.pat, &mut prologue_names);
         }
     }
-    let key = args
-        .key
-        .as_ref()
-        .and_then(|lit| errors.keep(Key::resolve(lit, &function.sig, prologue_names)));
+    // `key` or `keys`: the other one, or neither, left an error.
+    let mut keys = Vec::new();
+    for lit in args.key.iter().chain(args.keys.iter().flatten()) {
+        let key = Key::resolve(lit, &function.sig, prologue_names.clone());
+        keys.extend(errors.keep(key));
+    }
     errors.finish()?;
-    let (Some(return_type), Some(mut key)) = (return_type, key) else {
+    let Some(return_type) = return_type else {
         unreachable!("a missing part always leaves an error");
     };
     if let Some(renamed) = rewritten.as_ref().and_then(|f| f.renamed_self.as_ref()) {
-        for arg in &mut key.args {
+        for arg in keys.iter_mut().flat_map(|key| &mut key.args) {
             arg.expr = async_trait::rename_self(std::mem::take(&mut arg.expr), renamed);
         }
     }
@@ -147,7 +169,7 @@ fn validate(args: TokenStream, function: &ItemFn) -> syn::Result<Checked> {
         args,
         rewritten,
         return_type,
-        key,
+        keys,
     })
 }
 
@@ -157,7 +179,7 @@ fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
         args,
         rewritten,
         return_type,
-        key,
+        keys,
     } = validate(args, &function)?;
     let renamed_self = rewritten.as_ref().and_then(|f| f.renamed_self.as_ref());
 
@@ -169,22 +191,24 @@ fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
     let krate = krate_at(&args, call_span);
     let mixed = Span::mixed_site();
     let ret = syn::Ident::new("__ret", mixed);
-    let rendered = syn::Ident::new("__key", mixed);
+    let several = args.keys.is_some();
+    let rendered = syn::Ident::new(if several { "__keys" } else { "__key" }, mixed);
     let options = syn::Ident::new("__options", mixed);
     // Not mixed-site: see the module docs.
     let locked = syn::Ident::new("__locked", call_span);
 
-    // The key's own calls are spanned on the key, where its errors belong.
-    let key_krate = krate_at(&args, key.format.span());
+    // The key's own calls are spanned on the (first) key, where its errors
+    // belong.
+    let key_krate = krate_at(&args, keys[0].format.span());
     let Calls {
         pick_client,
         client_arg,
         key_fn,
         run_fn,
     } = calls(&args, &key_krate, &krate, call_span, renamed_self);
-    let render = render_key(key_fn, client_arg.clone(), &key_krate, key, &rendered);
-    let template = args.key.as_ref().expect("a key was resolved");
-    let set_options = options_statement(&krate, &args, template, &options, renamed_self);
+    let render = render_keys(key_fn, client_arg.clone(), &args, keys, &rendered);
+    let label = label(&args);
+    let set_options = options_statement(&krate, &args, &label, &options, renamed_self);
 
     let ItemFn {
         attrs,
@@ -306,15 +330,18 @@ fn returns_result(ty: &Type) -> bool {
     }
 }
 
-/// The runtime functions a call goes through, with or without `client`.
+/// The runtime functions a call goes through, with or without `client`,
+/// with `key` or `keys`.
 struct Calls {
     /// `let __client = __private::client_of(expr);`, or nothing.
     pick_client: TokenStream,
     /// `&__client,`: the first argument of `key_fn` and `run_fn`, if any.
     client_arg: Option<TokenStream>,
-    /// `__private::key` or `__private::key_on`.
+    /// `__private::key` or `__private::key_on`; with `keys`,
+    /// `__private::keys` or `__private::keys_on`.
     key_fn: TokenStream,
-    /// `__private::run_locked` or `__private::run_locked_on`.
+    /// `__private::run_locked` or `__private::run_locked_on`; with `keys`,
+    /// `__private::run_locked_all` or `__private::run_locked_all_on`.
     run_fn: TokenStream,
 }
 
@@ -327,12 +354,22 @@ fn calls(
     call_span: Span,
     renamed_self: Option<&syn::Ident>,
 ) -> Calls {
+    let (key_name, run_name) = match (&args.keys, &args.client) {
+        (None, None) => ("key", "run_locked"),
+        (None, Some(_)) => ("key_on", "run_locked_on"),
+        (Some(_), None) => ("keys", "run_locked_all"),
+        (Some(_), Some(_)) => ("keys_on", "run_locked_all_on"),
+    };
+    let key_name = syn::Ident::new(key_name, Span::call_site());
+    let run_name = syn::Ident::new(run_name, call_span);
+    let key_fn = quote!(#key_krate::__private::#key_name);
+    let run_fn = quote_spanned!(call_span=> #krate::__private::#run_name);
     let Some(expr) = &args.client else {
         return Calls {
             pick_client: TokenStream::new(),
             client_arg: None,
-            key_fn: quote!(#key_krate::__private::key),
-            run_fn: quote_spanned!(call_span=> #krate::__private::run_locked),
+            key_fn,
+            run_fn,
         };
     };
     let client = syn::Ident::new("__client", Span::mixed_site());
@@ -343,8 +380,8 @@ fn calls(
             let #client = #client_krate::__private::client_of(#expr);
         },
         client_arg: Some(quote!(&#client,)),
-        key_fn: quote!(#key_krate::__private::key_on),
-        run_fn: quote_spanned!(call_span=> #krate::__private::run_locked_on),
+        key_fn,
+        run_fn,
     }
 }
 
@@ -357,19 +394,39 @@ fn krate_at(args: &Args, span: Span) -> TokenStream {
     }
 }
 
-/// `let __key = ...;`: the key rendered with the client's prefix. Each
-/// `Display` placeholder goes through `__private::shown`, whose bound names
-/// the ways out when the value is not `Display`.
-/// `key_fn` is `__private::key`, or `__private::key_on` with `client_arg`.
-fn render_key(
+/// `let __key = ...;`: the key rendered with the client's prefix; with
+/// `keys`, `let __keys = ...(&[format_args!(..), ..]);`, every key in the
+/// order written. `key_fn` is `__private::key` or `__private::keys`, or
+/// `key_on` or `keys_on` with `client_arg`.
+fn render_keys(
     key_fn: TokenStream,
     client_arg: Option<TokenStream>,
-    krate: &TokenStream,
-    key: Key,
+    args: &Args,
+    keys: Vec<Key>,
     rendered: &syn::Ident,
 ) -> TokenStream {
-    let Key { format, args } = key;
-    let args = args.into_iter().map(|KeyArg { expr, debug }| {
+    let formatted = keys.into_iter().map(|key| format_key(args, key));
+    if args.keys.is_some() {
+        quote! {
+            let #rendered = #key_fn(#client_arg &[#(#formatted),*]);
+        }
+    } else {
+        quote! {
+            let #rendered = #key_fn(#client_arg #(#formatted)*);
+        }
+    }
+}
+
+/// `::core::format_args!(..)` for one key, its calls spanned on its
+/// template. Each `Display` placeholder goes through `__private::shown`,
+/// whose bound names the ways out when the value is not `Display`.
+fn format_key(args: &Args, key: Key) -> TokenStream {
+    let Key {
+        format,
+        args: values,
+    } = key;
+    let krate = krate_at(args, format.span());
+    let values = values.into_iter().map(|KeyArg { expr, debug }| {
         if debug {
             expr
         } else {
@@ -377,18 +434,29 @@ fn render_key(
             quote_spanned!(span=> #krate::__private::shown(&#expr))
         }
     });
-    quote! {
-        let #rendered = #key_fn(#client_arg ::core::format_args!(#format #(, #args)*));
+    quote!(::core::format_args!(#format #(, #values)*))
+}
+
+/// The call's label: the key template as written; with `keys`, the
+/// templates joined with `", "`, spanned on the first.
+fn label(args: &Args) -> syn::LitStr {
+    match (&args.key, &args.keys) {
+        (Some(template), _) => template.clone(),
+        (None, Some(templates)) => {
+            let joined: Vec<String> = templates.iter().map(syn::LitStr::value).collect();
+            syn::LitStr::new(&joined.join(", "), templates[0].span())
+        }
+        (None, None) => unreachable!("a call without a key is an error"),
     }
 }
 
-/// `let __options = ...;`: the literal options, the key template as the
-/// label, then `lease` and `wait` expressions, then the kind options, each
+/// `let __options = ...;`: the literal options, the key template (or
+/// templates) as the label, then `lease` and `wait` expressions, then the kind options, each
 /// expression evaluated once, before the body takes the arguments.
 fn options_statement(
     krate: &TokenStream,
     args: &Args,
-    template: &syn::LitStr,
+    label: &syn::LitStr,
     options: &syn::Ident,
     renamed_self: Option<&syn::Ident>,
 ) -> TokenStream {
@@ -399,7 +467,7 @@ fn options_statement(
     let lease = millis_option(args.lease.as_ref());
     let wait = millis_option(args.wait.as_ref());
     let mut value = quote! {
-        #krate::__private::options(#lease, #wait, #renew).label(#template)
+        #krate::__private::options(#lease, #wait, #renew).label(#label)
     };
     for (name, arg) in [("lease", &args.lease), ("wait", &args.wait)] {
         if let Some(DurationArg::Expr(expr)) = arg {
@@ -412,8 +480,8 @@ fn options_statement(
     quote!(let #options = #value #kinds;)
 }
 
-/// `.mode(..)`, `.permits(..)`, `.fair(..)` and `.waiter_lease(..)`, for
-/// the options that are set, in that order.
+/// `.mode(..)`, `.permits(..)`, `.fair(..)`, `.waiter_lease(..)` and
+/// `.hold_at_least(..)`, for the options that are set, in that order.
 fn kind_calls(args: &Args, renamed_self: Option<&syn::Ident>) -> TokenStream {
     let mut calls = TokenStream::new();
     if let Some((mode, span)) = args.mode {
@@ -441,23 +509,41 @@ fn kind_calls(args: &Args, renamed_self: Option<&syn::Ident>) -> TokenStream {
         let fair = syn::LitBool::new(fair, span);
         calls.extend(quote!(.fair(#fair)));
     }
-    match &args.waiter_lease {
-        Some(DurationArg::Millis(millis, span)) => {
-            let mut literal = Literal::u64_suffixed(*millis);
-            literal.set_span(*span);
-            calls.extend(quote!(.waiter_lease(::core::time::Duration::from_millis(#literal))));
-        }
-        Some(DurationArg::Expr(expr)) => {
-            let duration = duration_expr(args, expr, renamed_self);
-            calls.extend(quote!(.waiter_lease(#duration)));
-        }
-        None => {}
+    for (name, arg) in [
+        ("waiter_lease", &args.waiter_lease),
+        ("hold_at_least", &args.hold_at_least),
+    ] {
+        calls.extend(duration_call(args, name, arg.as_ref(), renamed_self));
     }
     calls
 }
 
+/// `.name(Duration::from_millis(ms))` for a duration string, or
+/// `.name(__private::duration(expr))`; nothing for an option not set.
+fn duration_call(
+    args: &Args,
+    name: &str,
+    arg: Option<&DurationArg>,
+    renamed_self: Option<&syn::Ident>,
+) -> TokenStream {
+    let method = syn::Ident::new(name, Span::call_site());
+    match arg {
+        Some(DurationArg::Millis(millis, span)) => {
+            let mut literal = Literal::u64_suffixed(*millis);
+            literal.set_span(*span);
+            quote!(.#method(::core::time::Duration::from_millis(#literal)))
+        }
+        Some(DurationArg::Expr(expr)) => {
+            let duration = duration_expr(args, expr, renamed_self);
+            quote!(.#method(#duration))
+        }
+        None => TokenStream::new(),
+    }
+}
+
 /// `__private::duration(expr)`, spanned on `expr`: a `Duration` or
-/// `&Duration` from a `lease`, `wait` or `waiter_lease` expression.
+/// `&Duration` from a `lease`, `wait`, `waiter_lease` or `hold_at_least`
+/// expression.
 fn duration_expr(args: &Args, expr: &syn::Expr, renamed_self: Option<&syn::Ident>) -> TokenStream {
     let span = expr.span();
     let krate = krate_at(args, span);
@@ -487,330 +573,4 @@ fn millis_option(value: Option<&DurationArg>) -> TokenStream {
 }
 
 #[cfg(test)]
-mod tests {
-    use proc_macro2::TokenStream;
-    use quote::quote;
-
-    fn assert_expands(args: TokenStream, item: TokenStream, expected: TokenStream) {
-        let actual = super::distributed_lock(args, item);
-        assert_eq!(actual.to_string(), expected.to_string());
-    }
-
-    #[test]
-    fn method_with_placeholder() {
-        assert_expands(
-            quote!(key = "order:<id>", lease = "30s"),
-            quote! {
-                /// Pays.
-                #[inline]
-                pub async fn pay(&self, id: u64) -> Result<(), E> { body() }
-            },
-            quote! {
-                /// Pays.
-                #[inline]
-                pub async fn pay(&self, id: u64) -> Result<(), E> {
-                    let __key = ::lock_runtime::__private::key(
-                        ::core::format_args!("order:{}", ::lock_runtime::__private::shown(&id))
-                    );
-                    let __options = ::lock_runtime::__private::options(
-                        ::core::option::Option::Some(30000u64),
-                        ::core::option::Option::None,
-                        true
-                    ).label("order:<id>");
-                    let __locked = ::lock_runtime::__private::run_locked(
-                        __key,
-                        __options,
-                        async move {
-                            let __ret: Result<(), E> = { body() };
-                            #[allow(unreachable_code)]
-                            __ret
-                        }
-                    );
-                    ::lock_runtime::__private::finish(__locked.await)
-                }
-            },
-        );
-    }
-
-    #[test]
-    fn constant_key_and_every_option() {
-        assert_expands(
-            quote!(
-                key = "{jobs}",
-                wait = "0s",
-                renew = false,
-                lease = "1m30s",
-                crate = "locks"
-            ),
-            quote! {
-                async fn nightly<T: Clone>(t: T) -> io::Result<T> where T: Send { Ok(t) }
-            },
-            quote! {
-                async fn nightly<T: Clone>(t: T) -> io::Result<T> where T: Send {
-                    let __key = locks::__private::key(::core::format_args!("{{jobs}}"));
-                    let __options = locks::__private::options(
-                        ::core::option::Option::Some(90000u64),
-                        ::core::option::Option::Some(0u64),
-                        false
-                    ).label("{jobs}");
-                    let __locked = locks::__private::run_locked(
-                        __key,
-                        __options,
-                        async move {
-                            let __ret: io::Result<T> = { Ok(t) };
-                            #[allow(unreachable_code)]
-                            __ret
-                        }
-                    );
-                    locks::__private::finish(__locked.await)
-                }
-            },
-        );
-    }
-
-    #[test]
-    fn expressions_and_debug_placeholders() {
-        assert_expands(
-            quote!(
-                key = "job:<job:?>",
-                lease = self.lease,
-                wait = wait_for(&job)
-            ),
-            quote! {
-                async fn run(&self, job: Job) -> Result<(), E> { Ok(()) }
-            },
-            quote! {
-                async fn run(&self, job: Job) -> Result<(), E> {
-                    let __key = ::lock_runtime::__private::key(
-                        ::core::format_args!("job:{:?}", job)
-                    );
-                    let __options = ::lock_runtime::__private::options(
-                        ::core::option::Option::None,
-                        ::core::option::Option::None,
-                        true
-                    )
-                    .label("job:<job:?>")
-                    .lease(::lock_runtime::__private::duration(self.lease))
-                    .wait(::lock_runtime::__private::duration(wait_for(&job)));
-                    let __locked = ::lock_runtime::__private::run_locked(
-                        __key,
-                        __options,
-                        async move {
-                            let __ret: Result<(), E> = { Ok(()) };
-                            #[allow(unreachable_code)]
-                            __ret
-                        }
-                    );
-                    ::lock_runtime::__private::finish(__locked.await)
-                }
-            },
-        );
-    }
-
-    /// For the tests of the kind options: the expansion of
-    /// `async fn f(&self, id: u64) -> Result<(), E>` with `args`, and the
-    /// expected one, whose `__options` value is `options`.
-    fn expand_kinds(args: TokenStream, options: TokenStream) -> (TokenStream, TokenStream) {
-        let item = quote!(
-            async fn f(&self, id: u64) -> Result<(), E> {
-                Ok(())
-            }
-        );
-        let expected = quote! {
-            async fn f(&self, id: u64) -> Result<(), E> {
-                let __key = ::lock_runtime::__private::key(
-                    ::core::format_args!("doc:{}", ::lock_runtime::__private::shown(&id))
-                );
-                let __options = #options;
-                let __locked = ::lock_runtime::__private::run_locked(
-                    __key,
-                    __options,
-                    async move {
-                        let __ret: Result<(), E> = { Ok(()) };
-                        #[allow(unreachable_code)]
-                        __ret
-                    }
-                );
-                ::lock_runtime::__private::finish(__locked.await)
-            }
-        };
-        (super::distributed_lock(args, item), expected)
-    }
-
-    /// `__private::options` with no lease, no wait, renewal on, labelled
-    /// `doc:<id>`.
-    fn plain_options() -> TokenStream {
-        quote! {
-            ::lock_runtime::__private::options(
-                ::core::option::Option::None,
-                ::core::option::Option::None,
-                true
-            ).label("doc:<id>")
-        }
-    }
-
-    #[test]
-    fn mode_read_and_write() {
-        let plain = plain_options();
-        let (actual, expected) = expand_kinds(
-            quote!(key = "doc:<id>", mode = "read"),
-            quote!(#plain.mode(::lock_runtime::LockMode::Read)),
-        );
-        assert_eq!(actual.to_string(), expected.to_string());
-        let (actual, expected) = expand_kinds(
-            quote!(key = "doc:<id>", mode = "write"),
-            quote!(#plain.mode(::lock_runtime::LockMode::Write)),
-        );
-        assert_eq!(actual.to_string(), expected.to_string());
-    }
-
-    #[test]
-    fn permits_literal_and_expressions() {
-        let plain = plain_options();
-        let (actual, expected) = expand_kinds(
-            quote!(key = "doc:<id>", permits = 8),
-            quote!(#plain.permits(8u32)),
-        );
-        assert_eq!(actual.to_string(), expected.to_string());
-        let (actual, expected) = expand_kinds(
-            quote!(key = "doc:<id>", permits = self.limits.permits(id)),
-            quote!(#plain.permits(self.limits.permits(id))),
-        );
-        assert_eq!(actual.to_string(), expected.to_string());
-        let (actual, expected) = expand_kinds(
-            quote!(key = "doc:<id>", permits = PERMITS),
-            quote!(#plain.permits(PERMITS)),
-        );
-        assert_eq!(actual.to_string(), expected.to_string());
-    }
-
-    #[test]
-    fn fair_with_waiter_lease() {
-        let plain = plain_options();
-        let (actual, expected) = expand_kinds(
-            quote!(key = "doc:<id>", fair = true, waiter_lease = "2s"),
-            quote! {
-                #plain
-                    .fair(true)
-                    .waiter_lease(::core::time::Duration::from_millis(2000u64))
-            },
-        );
-        assert_eq!(actual.to_string(), expected.to_string());
-        // An expression goes through `duration`, as `lease` and `wait` do,
-        // after them; `fair = false` is kept as written.
-        let (actual, expected) = expand_kinds(
-            quote!(
-                key = "doc:<id>",
-                waiter_lease = self.waiter_lease,
-                fair = false,
-                wait = self.wait
-            ),
-            quote! {
-                #plain
-                    .wait(::lock_runtime::__private::duration(self.wait))
-                    .fair(false)
-                    .waiter_lease(::lock_runtime::__private::duration(self.waiter_lease))
-            },
-        );
-        assert_eq!(actual.to_string(), expected.to_string());
-    }
-
-    /// Each error of the kind options, as `Args::parse` gathers them.
-    #[test]
-    fn kind_option_errors() {
-        let item = quote!(
-            async fn f(id: u64) -> Result<(), E> {
-                Ok(())
-            }
-        );
-        let cases = [
-            (quote!(mode = "reed"), "unknown mode `reed`"),
-            (
-                quote!(mode = Read),
-                r#"`mode` takes the string \"read\" or"#,
-            ),
-            (quote!(permits = 0), "`permits` must be at least 1"),
-            (quote!(permits = -2), "`permits` cannot be negative"),
-            (quote!(permits = "8"), "as a whole number without quotes"),
-            (quote!(permits = 1.5), "as a whole number without quotes"),
-            (
-                quote!(permits = 8u64),
-                "`permits` takes a `u32`, not a `u64`",
-            ),
-            (
-                quote!(permits = 4294967296),
-                "`permits = 4294967296` is too large",
-            ),
-            (quote!(permits = 4294967295), ""),
-            (
-                quote!(mode = "read", permits = 2),
-                "`permits` cannot be combined with `mode`",
-            ),
-            (
-                quote!(permits = 2, mode = "write"),
-                "`mode` cannot be combined with `permits`",
-            ),
-            (
-                quote!(mode = "read", fair = true),
-                "`fair = true` cannot be combined with `mode`",
-            ),
-            (
-                quote!(fair = true, permits = n),
-                "`permits` cannot be combined with `fair = true`",
-            ),
-            (
-                quote!(fair = false, permits = 2, mode = "read"),
-                "cannot be combined",
-            ),
-            (quote!(fair = false, mode = "read"), ""),
-            (quote!(fair = "yes"), "`fair` takes `true` or `false`"),
-            (
-                quote!(waiter_lease = "0s"),
-                "`waiter_lease` must be greater than zero",
-            ),
-            (
-                quote!(waiter_lease = "9ms"),
-                "`waiter_lease` must be at least 10ms",
-            ),
-            (quote!(waiter_lease = "10ms", mode = "read"), ""),
-            (
-                quote!(permits = 2, permits = 3),
-                "duplicate option `permits`",
-            ),
-        ];
-        for (args, message) in cases {
-            let out = super::distributed_lock(quote!(key = "k", #args), item.clone());
-            let out = out.to_string();
-            if message.is_empty() {
-                assert!(!out.contains("compile_error"), "{args}: {out}");
-            } else {
-                assert!(
-                    out.contains(message),
-                    "{args}: {message} missing from {out}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn errors_come_with_the_unchanged_function() {
-        let item = quote!(
-            fn f(id: u64) -> u64 {
-                id
-            }
-        );
-        let out = super::distributed_lock(quote!(key = "<x>", lease = "0s", y = 1), item.clone());
-        let out = out.to_string();
-        assert!(out.ends_with(&item.to_string()), "{out}");
-        // The unknown option stops the parse of options; the signature and
-        // the key are still checked.
-        for message in [
-            "unknown option `y`",
-            "needs an `async fn`",
-            "returns `Result<T, E>`",
-            "unknown placeholder `<x>`",
-        ] {
-            assert!(out.contains(message), "{message} missing from {out}");
-        }
-    }
-}
+mod tests;

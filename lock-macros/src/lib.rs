@@ -13,6 +13,7 @@ mod async_trait;
 mod duration;
 mod expand;
 mod key;
+mod kind;
 
 use proc_macro::TokenStream;
 

@@ -8,9 +8,12 @@ use crate::ownership;
 /// The fencing token of the lock of the innermost locked call whose body is
 /// running (the lock it took, or the one it re-entered), or `None` outside a
 /// locked body, or once that call's hold has ended (a nested call that
-/// outlived its body). Pass it to the store the lock protects, which refuses a
-/// token smaller than one it has seen; see [the fencing
-/// guide](crate::guide::fencing) for Lua and SQL.
+/// outlived its body). In the body of a call on several keys
+/// ([`run_locked_all`](crate::run_locked_all), `keys = [...]`), the token
+/// of the first key listed; [`fencing_token_of`] gives each key's. Pass it
+/// to the store the lock protects, which refuses a token smaller than one
+/// it has seen; see [the fencing guide](crate::guide::fencing) for Lua and
+/// SQL.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -38,7 +41,8 @@ pub fn fencing_token() -> Option<u64> {
 
 /// The fencing token of the lock `key` (as written in the attribute or
 /// given to `run_locked`, without the client's prefix) if the running body
-/// holds it; `None` otherwise.
+/// holds it (among the keys of a call on several keys too); `None`
+/// otherwise.
 pub fn fencing_token_of(key: &str) -> Option<u64> {
     ownership::held_user_key(key).and_then(|frame| frame.token())
 }

@@ -44,12 +44,15 @@
 //! # Options
 //! The attribute's page, [`distributed_lock`], documents each option with
 //! an example.
-//! - `key = "order:<id>"` (required): the lock's name. `<name>` is an
-//!   argument (anything `Display`; `<name:?>` renders with `Debug`),
+//! - `key = "order:<id>"` (required, or `keys`): the lock's name. `<name>`
+//!   is an argument (anything `Display`; `<name:?>` renders with `Debug`),
 //!   `<name.field>` a field of one, `<self.field>` a field of the receiver;
 //!   names bound by patterns such as `Path(id): Path<u64>` work too. The
 //!   Redis key is the client's prefix (default `lock:`) followed by the
 //!   rendered key; the template itself labels the call's span and metrics.
+//! - `keys = ["account:<from>", "account:<to>"]`: several keys, taken all
+//!   or nothing, instead of `key`; two calls that list the same keys in any
+//!   order never deadlock ([guide](guide::several_keys)).
 //! - `lease = "30s"`: how long the lock lives in Redis without a renewal
 //!   (default: the client's, 30 s; at least 10 ms). Durations are `250ms`,
 //!   `30s`, `5m`, `1h`; or any expression of type `Duration` (`LEASE`,
@@ -59,6 +62,9 @@
 //!   [`LockError::Timeout`]. Strings or expressions, as for `lease`.
 //! - `renew = false`: do not renew; the body is stopped with
 //!   [`LockError::Lost`] when the lease runs out (default `true`).
+//! - `hold_at_least = "1m"`: after the body, keep the lock taken until at
+//!   least that long after it was acquired, for jobs that run once per
+//!   period across a fleet ([guide](guide::scheduled)).
 //! - `crate = "path"`: where this crate is, if it was renamed.
 //! - `client = &self.locks`: lock on that [`LockClient`] rather than the
 //!   global one.

@@ -240,10 +240,10 @@ pub fn shown<'a, T: KeyPart + 'a>(value: &'a T) -> Shown<'a> {
     Shown(value)
 }
 
-/// What `lease = expr`, `wait = expr` and `waiter_lease = expr` take: a
+/// What `lease = expr`, `wait = expr`, `waiter_lease = expr` and `hold_at_least = expr` take: a
 /// `Duration`, or a reference to one.
 #[diagnostic::on_unimplemented(
-    message = "`lease`, `wait` and `waiter_lease` take a `std::time::Duration`, not `{Self}`",
+    message = "`lease`, `wait`, `waiter_lease` and `hold_at_least` take a `std::time::Duration`, not `{Self}`",
     label = "expected a `Duration` here",
     note = "write a duration string such as \"30s\", checked at compile time, or an \
             expression of type `std::time::Duration`, such as `Duration::from_secs(30)`, \

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod executor;
+pub mod several;
 
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;

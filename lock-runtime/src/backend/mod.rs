@@ -38,7 +38,8 @@ use crate::embedded::EmbeddedBackend;
 use crate::error::LockError;
 use crate::io::polled_on;
 use crate::kind::exclusive::renew;
-use crate::kind::{quorum, scripted};
+use crate::kind::several::{self, Several};
+use crate::kind::{quorum, quorum_several, scripted};
 use crate::kind::{Acquire, Claim, Kind, Release, RenewItem, Renewal, Tail};
 use crate::route::cluster::ClusterBackend;
 use crate::route::node::RedisBackend;
@@ -140,6 +141,20 @@ impl Backend {
         on_route!(self,
             route => Ok(scripted::acquire(route, lane, key, owner, claim).await?),
             nodes => polled_on(nodes.home(), quorum::acquire(nodes, key, owner, claim)).await)
+    }
+
+    /// Takes every key of `keys` (no key twice; key `i` for `owners[i]`,
+    /// one acquisition each) at once, all or nothing, as `claim` asks.
+    pub(crate) async fn acquire_all(
+        &self,
+        lane: &Lane,
+        keys: &[&str],
+        owners: &[&str],
+        claim: Claim,
+    ) -> Result<Several, BackendError> {
+        on_route!(self,
+            route => Ok(several::acquire(route, lane, keys, owners, claim).await?),
+            nodes => polled_on(nodes.home(), quorum_several::acquire_all(nodes, keys, owners, claim)).await)
     }
 
     /// Frees the lock if `owner` (one acquisition of `kind`, of lease

@@ -8,7 +8,9 @@ mod answers;
 mod calls;
 pub(crate) mod exclusive;
 pub(crate) mod quorum;
+pub(crate) mod quorum_several;
 pub(crate) mod scripted;
+pub(crate) mod several;
 pub(crate) mod shared;
 pub(crate) mod sources;
 

@@ -317,7 +317,7 @@ pub(crate) fn refuses(kind: Kind) -> Option<&'static str> {
 }
 
 /// 5 to 50 ms, so that clients that split a vote do not collide again.
-fn random_delay() -> Duration {
+pub(super) fn random_delay() -> Duration {
     let random = uuid::Uuid::new_v4().as_u128();
     Duration::from_millis(5 + (random % 46) as u64)
 }

@@ -32,6 +32,33 @@ macro_rules! exclusive {
     };
 }
 
+/// `read.lua` and `hash.lua` at the top level, `hash_lib()` over them for
+/// the exclusive scripts, the single-key acquire scripts and the exclusive
+/// release as functions of `(KEYS, ARGV)`, then `lua/several/<name>.lua`,
+/// which calls them key by key: the rules of each key are the single-key
+/// scripts' own.
+macro_rules! several {
+    ($name:literal) => {
+        concat!(
+            include_str!("lua/exclusive/read.lua"),
+            include_str!("lua/shared/hash.lua"),
+            "local function hash_lib()\n",
+            include_str!("lua/shared/exports.lua"),
+            "end\n",
+            "local function take_exclusive(KEYS, ARGV)\n",
+            include_str!("lua/exclusive/acquire.lua"),
+            "end\n",
+            "local function take_shared(KEYS, ARGV)\n",
+            include_str!("lua/shared/acquire.lua"),
+            "end\n",
+            "local function give_back(KEYS, ARGV)\n",
+            include_str!("lua/exclusive/release.lua"),
+            "end\n",
+            include_str!(concat!("lua/several/", $name, ".lua"))
+        )
+    };
+}
+
 /// Takes a lock for one acquisition.
 pub(crate) const ACQUIRE: &str = exclusive!("acquire");
 /// Frees a lock held by one acquisition.
@@ -49,9 +76,12 @@ pub(crate) const SHARED_ACQUIRE: &str = shared!("acquire");
 /// Frees a shared kind's hold.
 pub(crate) const SHARED_RELEASE: &str = shared!("release");
 
+/// Takes several locks for one call, all or nothing.
+pub(crate) const ACQUIRE_ALL: &str = several!("acquire_all");
+
 /// Every script's source by name, as the library sends it (the scripts'
 /// tests and the benchmark call them directly).
-pub(crate) const ALL: [(&str, &str); 8] = [
+pub(crate) const ALL: [(&str, &str); 9] = [
     ("acquire", ACQUIRE),
     ("release", RELEASE),
     ("renew", RENEW),
@@ -60,4 +90,5 @@ pub(crate) const ALL: [(&str, &str); 8] = [
     ("inspect", INSPECT),
     ("shared_acquire", SHARED_ACQUIRE),
     ("shared_release", SHARED_RELEASE),
+    ("acquire_all", ACQUIRE_ALL),
 ];

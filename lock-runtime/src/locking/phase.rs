@@ -108,7 +108,7 @@ pub(super) fn start<'a, T, E>(
 /// The terms of a new acquisition of `key` of `kind`, as `options` and the
 /// client's defaults set them; or why the client takes no such lock now:
 /// it is shut down, the call is invalid, or the kind check refuses it.
-fn admit(
+pub(super) fn admit(
     inner: &Inner,
     key: &str,
     options: &LockOptions,
@@ -221,7 +221,7 @@ fn reenter<'a, T, E>(
 
 /// Waits up to `wait` for `turn_of`'s turn, behind the calls made side by
 /// side with this one that came first.
-async fn wait_turn(
+pub(super) async fn wait_turn(
     client: &LockClient,
     key: String,
     turn_of: Frame,

@@ -188,6 +188,14 @@ pub(crate) trait Route: Sync {
     /// one node, one hash slot each on Cluster.
     fn batches(&self, keys: &[&str]) -> Vec<Vec<usize>>;
 
+    /// The keys, by index, that one script call may carry together when
+    /// the call must run as one step on a server (taking several keys at
+    /// once): all of them on one node; one hash slot's keys each on
+    /// Cluster, in slot order.
+    fn script_groups(&self, keys: &[&str]) -> Vec<Vec<usize>> {
+        vec![(0..keys.len()).collect()]
+    }
+
     /// How release notices travel.
     fn notices(&self) -> Notices;
 

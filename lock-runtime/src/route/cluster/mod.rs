@@ -235,6 +235,15 @@ impl Route for ClusterBackend {
         slots.into_values().collect()
     }
 
+    fn script_groups(&self, keys: &[&str]) -> Vec<Vec<usize>> {
+        let mut slots: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+        for (i, key) in keys.iter().enumerate() {
+            let slot = slots::slot_of(key.as_bytes());
+            slots.entry(slot).or_default().push(i);
+        }
+        slots.into_values().collect()
+    }
+
     fn notices(&self) -> Notices {
         Notices::Sharded
     }

@@ -1,0 +1,262 @@
+//! Taking several keys at once: one request for the whole set (see
+//! `kind/several.rs`), and on a refusal, waiting in this client's line for
+//! the key that refused (its release notice, or its holder's expiry)
+//! before the next request. The call holds none of the keys while it
+//! waits: a refusal leaves nothing taken.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::LockClient;
+use crate::error::{HeldBy, LockError};
+use crate::kind::several::Several;
+use crate::kind::{kind_mismatch, Claim};
+use crate::owner_id::OwnerId;
+use crate::route::{BackendError, Lane};
+use crate::telemetry;
+use crate::wakeup::Ticket;
+
+/// How long a waiter sleeps when the holder's lock has no expiry (someone
+/// changed the key by hand), before it tries again.
+const NO_TTL_RETRY: Duration = Duration::from_millis(100);
+
+/// The keys one call takes, with an acquisition (owner id) each.
+pub(super) struct Set<'a> {
+    pub client: &'a LockClient,
+    pub lane: &'a Lane,
+    /// Full keys, no key twice.
+    pub keys: &'a [String],
+    pub ids: &'a [u64],
+    pub claim: Claim,
+    pub label: &'static str,
+}
+
+/// What a granted request gave: each key's fencing token, and when the
+/// request was sent (each hold's validity counts from then).
+pub(super) struct Granted {
+    pub tokens: Vec<u64>,
+    pub sent: Instant,
+}
+
+/// What one request came to.
+enum Asked {
+    Granted(Granted),
+    /// The key at `index` refused; its holder's lease has about `ttl` left.
+    Refused {
+        index: usize,
+        ttl: Option<Duration>,
+    },
+}
+
+/// Gives back every key of a set in the background while `armed`: dropped
+/// armed (the call was cancelled with a request in flight, or a request's
+/// outcome is unknown), the set may be held in the backend.
+struct InFlight<'a, 'b> {
+    set: &'b Set<'a>,
+    armed: bool,
+}
+
+impl Drop for InFlight<'_, '_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.set.give_back_later();
+        }
+    }
+}
+
+impl Set<'_> {
+    /// The owner ids, as the scripts take them.
+    fn owners(&self) -> Vec<OwnerId> {
+        let id = &self.client.inner.tag.id;
+        self.ids.iter().map(|n| OwnerId::new(id, *n)).collect()
+    }
+
+    /// Takes every key, waiting up to `wait` in all.
+    pub(super) async fn take(&self, wait: Duration) -> Result<Granted, LockError> {
+        let start = Instant::now();
+        let mut attempts = 0;
+        let taken = self
+            .take_counting(start, start + wait, wait.is_zero(), &mut attempts)
+            .await;
+        match &taken {
+            Ok(granted) => {
+                let token = granted.tokens.first().copied().unwrap_or_default();
+                telemetry::acquired(self.label, token, start, attempts);
+            }
+            Err(LockError::Timeout { .. }) => telemetry::timed_out(self.label, start, attempts),
+            Err(error) => telemetry::acquire_failed(self.label, error, attempts),
+        }
+        taken
+    }
+
+    /// [`take`](Self::take)'s steps; counts the requests sent.
+    async fn take_counting(
+        &self,
+        start: Instant,
+        deadline: Instant,
+        once: bool,
+        attempts: &mut u32,
+    ) -> Result<Granted, LockError> {
+        let inner = &self.client.inner;
+        let owners = self.owners();
+        let owner_refs: Vec<&str> = owners.iter().map(|o| &**o).collect();
+        let key_refs: Vec<&str> = self.keys.iter().map(String::as_str).collect();
+        // The line of the key that refused last, and that key's index.
+        let mut line: Option<(usize, Ticket)> = None;
+        let mut retry_at = start;
+        loop {
+            // One pass: listen on the line (before asking, so a release in
+            // between counts), ask when it is time, then wait for news or
+            // the timer. Ends with the key whose line to join, if another.
+            let join = 'pass: {
+                let notified = line.as_ref().map(|(_, ticket)| ticket.notified());
+                tokio::pin!(notified);
+                if let Some(notified) = notified.as_mut().as_pin_mut() {
+                    notified.enable();
+                }
+                if inner.tag.life.is_closed() {
+                    return Err(LockError::ShutDown {
+                        key: self.keys[0].clone(),
+                    });
+                }
+                let sent = Instant::now();
+                if sent >= retry_at {
+                    *attempts += 1;
+                    let (index, ttl) = match self.ask(&key_refs, &owner_refs, sent).await? {
+                        Asked::Granted(granted) => return Ok(granted),
+                        Asked::Refused { index, ttl } => (index, ttl),
+                    };
+                    telemetry::waiting(ttl, *attempts);
+                    let now = Instant::now();
+                    if once || now >= deadline {
+                        return Err(self.timed_out(index, now - start));
+                    }
+                    let ttl = ttl.unwrap_or(NO_TTL_RETRY).max(Duration::from_millis(1));
+                    retry_at = now.checked_add(ttl).map_or(deadline, |at| at.min(deadline));
+                    if line.as_ref().is_none_or(|(at, _)| *at != index) {
+                        break 'pass Some(index);
+                    }
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    let index = line.as_ref().map_or(0, |(index, _)| *index);
+                    return Err(self.timed_out(index, now - start));
+                }
+                // On the client's runtime's timer: the caller's runtime may
+                // have none.
+                let sleep = inner.io.sleep_until(retry_at.min(deadline));
+                let news = async {
+                    match notified.as_pin_mut() {
+                        Some(notified) => notified.await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    () = news => retry_at = Instant::now(),
+                    () = sleep => {}
+                }
+                None
+            };
+            if let Some(index) = join {
+                // Listen on the key that refused, then ask again at once: a
+                // release before the line was joined counts.
+                let ticket = inner
+                    .waiters
+                    .join(&self.keys[index], self.ids[index], false);
+                line = Some((index, ticket));
+                retry_at = Instant::now();
+            }
+        }
+    }
+
+    /// One request for the whole set, sent at `sent`.
+    async fn ask(&self, keys: &[&str], owners: &[&str], sent: Instant) -> Result<Asked, LockError> {
+        let mut in_flight = InFlight {
+            set: self,
+            armed: true,
+        };
+        let answer = self
+            .client
+            .inner
+            .backend
+            .acquire_all(self.lane, keys, owners, self.claim)
+            .await;
+        in_flight.armed = matches!(&answer, Err(e) if e.outcome_unknown());
+        match answer {
+            Ok(Several::Taken(tokens)) => Ok(Asked::Granted(Granted { tokens, sent })),
+            Ok(Several::NotReplicated { acked, .. }) => Err(self.not_replicated(acked).await),
+            Ok(Several::Refused { index, ttl }) => Ok(Asked::Refused { index, ttl }),
+            Err(source) => Err(self.failed(source)),
+        }
+    }
+
+    /// The error of a call that waited in vain, naming the key that refused
+    /// last and this client as its holder when one of its bodies holds it.
+    fn timed_out(&self, index: usize, waited: Duration) -> LockError {
+        let key = self.keys[index].clone();
+        let held_by = if self.client.inner.registry.holds(&key) {
+            HeldBy::ThisClient
+        } else {
+            HeldBy::Other
+        };
+        LockError::Timeout {
+            key,
+            waited,
+            held_by,
+        }
+    }
+
+    /// The caller's error for a failed request, on the key the server's
+    /// error names (else the first).
+    fn failed(&self, source: BackendError) -> LockError {
+        let inner = &self.client.inner;
+        let text = source.to_string();
+        let key = self
+            .keys
+            .iter()
+            .find(|key| text.contains(key.as_str()))
+            .unwrap_or(&self.keys[0]);
+        kind_mismatch(&source, key, self.claim.kind)
+            .unwrap_or_else(|| inner.backend.error_on_key(source, key, &inner.tag.place))
+    }
+
+    /// Gives back a set taken without enough replicas acknowledging it,
+    /// waiting for it, and gives the caller's error.
+    async fn not_replicated(&self, acked: usize) -> LockError {
+        let (needed, timeout) = self
+            .client
+            .inner
+            .sync_replicas
+            .map_or((0, Duration::ZERO), |sync| (sync.replicas, sync.timeout));
+        let _ = self.give_back_later().await;
+        LockError::NotReplicated {
+            key: self.keys[0].clone(),
+            needed,
+            acked,
+            timeout,
+        }
+    }
+
+    /// Gives back every key of the set in the background, key by key, first
+    /// on the call's lane, then on the client's connection where that
+    /// failed; this client's waiters on each key try again after.
+    fn give_back_later(&self) -> tokio::task::JoinHandle<()> {
+        let client = self.client.clone();
+        let (lane, claim) = (self.lane.clone(), self.claim);
+        let keys = self.keys.to_vec();
+        let owners = self.owners();
+        self.client.inner.io.spawn(async move {
+            let backend = &client.inner.backend;
+            let kind_lease = (claim.kind, claim.give_back_lease(), None);
+            let releases = keys.iter().zip(&owners).map(|(key, owner)| async {
+                let hold = (&**owner, 0);
+                if backend.release(&lane, key, hold, kind_lease).await.is_err() {
+                    let _ = backend.release(&Lane::Home, key, hold, kind_lease).await;
+                }
+                client.inner.waiters.wake_release(key.as_bytes(), 0);
+            });
+            futures_util::future::join_all(releases).await;
+        })
+    }
+}

@@ -16,7 +16,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use lock_runtime::{with_client, EmbeddedKeyspace, LockClient, LockError, LockOptions};
+use lock_runtime::{distributed_lock, with_client, EmbeddedKeyspace, LockClient, LockError};
 use tokio::time::MissedTickBehavior;
 
 /// How often the job runs.
@@ -34,24 +34,18 @@ enum JobError {
 /// The job of one period (its index: the Unix time divided by the period),
 /// under the lock `report:<period>`: at most one instance runs it.
 ///
-/// `wait = 0`: an instance that finds the lock taken skips the period at
-/// once ([`LockError::is_timeout`]). `hold_at_least = 1s`: the lock stays
+/// `wait = "0s"`: an instance that finds the lock taken skips the period at
+/// once ([`LockError::is_timeout`]). `hold_at_least = "1s"`: the lock stays
 /// taken until a second after it was taken, by the server's clock, however
 /// short the run, and then frees itself: until every instance's tick for
 /// that period has come, even one late by up to half a second (a period of
 /// 500 ms, plus the worst lateness of a tick).
+#[distributed_lock(key = "report:<period>", wait = "0s", hold_at_least = "1s")]
 async fn report(period: u64, instance: &str) -> Result<(), JobError> {
-    let options = LockOptions::new()
-        .wait(Duration::ZERO)
-        .hold_at_least(Duration::from_secs(1))
-        .label("report:<period>");
-    lock_runtime::run_locked(&format!("report:{period}"), options, async {
-        // The work: far shorter than the period.
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        println!("  period {period}: {instance} ran the report");
-        Ok(())
-    })
-    .await
+    // The work: far shorter than the period.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    println!("  period {period}: {instance} ran the report");
+    Ok(())
 }
 
 /// One instance: a timer, and the job at each tick. The periods it ran,

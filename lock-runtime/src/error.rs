@@ -422,7 +422,10 @@ impl LockError {
     }
 
     /// Whether the lock stayed held by another owner for the whole `wait`
-    /// ([`LockError::Timeout`]).
+    /// ([`LockError::Timeout`]). A `wait = 0s` call on a scheduled job's
+    /// key that finds it taken ends so: that is how an instance skips a
+    /// period another instance runs, not a failure (see
+    /// [`guide::scheduled`](crate::guide::scheduled)).
     pub fn is_timeout(&self) -> bool {
         matches!(self, LockError::Timeout { .. })
     }

@@ -91,3 +91,40 @@ pub(crate) fn kind_mismatch(error: &BackendError, key: &str, asked: Kind) -> Opt
         found_by: KindFoundBy::Backend,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use redis::Value;
+
+    use super::acquired;
+    use crate::kind::Acquire;
+
+    #[test]
+    fn a_timed_grant_reads_the_node_time_and_nothing_else_changes() {
+        let pair = || Value::Array(vec![Value::Int(7), Value::Int(1_700_000_000_123)]);
+        let timed = Acquire::Timed {
+            token: 7,
+            since: Box::new([1_700_000_000_123]),
+        };
+        assert_eq!(acquired(pair(), true).ok(), Some(timed));
+        // Without `timed`, the same shape is a shared kind's grant.
+        assert!(matches!(
+            acquired(pair(), false),
+            Ok(Acquire::Shared { token: 7, .. })
+        ));
+        // A timed claim's refusal reads as any refusal; a bare token is no
+        // answer to it.
+        let refused = acquired(Value::Int(-2 - 300), true).ok();
+        assert_eq!(
+            refused,
+            Some(Acquire::Held(Some(Duration::from_millis(300))))
+        );
+        assert!(acquired(Value::Int(7), true).is_err());
+        assert_eq!(
+            acquired(Value::Int(7), false).ok(),
+            Some(Acquire::Acquired(7))
+        );
+    }
+}

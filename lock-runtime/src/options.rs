@@ -120,6 +120,8 @@ impl LockOptions {
     /// on one key only; with [`mode`](Self::mode) read,
     /// [`permits`](Self::permits), [`fair`](Self::fair) or several keys the
     /// call fails with [`LockError::Invalid`](crate::LockError::Invalid).
+    /// Zero keeps nothing after the body; a hold longer than
+    /// [`LockOptions::LONGEST`] is taken as that.
     pub const fn hold_at_least(mut self, hold: Duration) -> Self {
         self.hold_at_least = Some(hold);
         self

@@ -354,7 +354,7 @@ fn next_tries(answer: &Acquire, kind: Kind) -> bool {
 
 /// The error of a call that waited for `key` in vain, naming this client as
 /// the holder when one of its own bodies holds the lock.
-fn timed_out(client: &LockClient, key: String, waited: Duration) -> LockError {
+pub(super) fn timed_out(client: &LockClient, key: String, waited: Duration) -> LockError {
     let held_by = if client.inner.registry.holds(&key) {
         HeldBy::ThisClient
     } else {

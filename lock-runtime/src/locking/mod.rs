@@ -22,7 +22,7 @@ use pin_project_lite::pin_project;
 use tracing::Span;
 
 use crate::client::{ClientRef, LockClient};
-use crate::error::{FoundBy, LockError, LossReason};
+use crate::error::{FoundBy, LockError};
 use crate::held::{Frame, HeldLock, Loss};
 use crate::options::LockOptions;
 use crate::ownership;
@@ -541,22 +541,9 @@ fn finish<O: Outcome<T, E>, T, E>(
     result: Result<T, E>,
     released: Released,
 ) -> O::Output {
-    let reason = match released {
-        Released::Freed => {
-            telemetry::released(held);
-            return O::body(result);
-        }
-        // The body outlived its lease, or the lock was erased or taken
-        // while the body ran (a Redis restart, say, before any renewal could
-        // notice).
-        Released::NotHeld => match held.check_now() {
-            Some(Loss {
-                reason: LossReason::Expired,
-                ..
-            }) => LossReason::Expired,
-            _ => LossReason::Taken,
-        },
-        Released::Unknown => LossReason::Unconfirmed,
+    let Some(reason) = released.loss(held) else {
+        telemetry::released(held);
+        return O::body(result);
     };
     let loss = Loss::new(reason, FoundBy::Release);
     telemetry::lost(held, loss);

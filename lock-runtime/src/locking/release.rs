@@ -5,7 +5,8 @@ use std::sync::Arc;
 use tracing::{Instrument, Span};
 
 use crate::client::LockClient;
-use crate::held::HeldLock;
+use crate::error::LossReason;
+use crate::held::{HeldLock, Loss};
 use crate::kind::{Kind, Release};
 use crate::route::Lane;
 use crate::telemetry;
@@ -20,6 +21,26 @@ pub(crate) enum Released {
     /// Redis could not be reached, twice: whether the lock was still held
     /// is not known (it expires with its lease if it was).
     Unknown,
+}
+
+impl Released {
+    /// What a release that did not free `held` says of its hold: the body
+    /// outlived its lease, or the lock was erased or taken while the body
+    /// ran (a Redis restart, say, before any renewal could notice), or it
+    /// is not known; `None` when it was freed.
+    pub(crate) fn loss(self, held: &HeldLock) -> Option<LossReason> {
+        match self {
+            Released::Freed => None,
+            Released::NotHeld => Some(match held.check_now() {
+                Some(Loss {
+                    reason: LossReason::Expired,
+                    ..
+                }) => LossReason::Expired,
+                _ => LossReason::Taken,
+            }),
+            Released::Unknown => Some(LossReason::Unconfirmed),
+        }
+    }
 }
 
 /// Frees the lock `held` took, on `lane` (the call's connection), and wakes

@@ -13,9 +13,9 @@ use futures_util::future::join_all;
 use tracing::Span;
 
 use super::super::outcome::Outcome;
-use super::super::release::{release, release_dropped, release_later, Released};
+use super::super::release::{release, release_dropped, release_later};
 use crate::client::LockClient;
-use crate::error::{FoundBy, LockError, LossReason};
+use crate::error::{FoundBy, LockError};
 use crate::held::{Frame, HeldLock, Loss};
 use crate::ownership;
 use crate::route::Lane;
@@ -177,19 +177,9 @@ impl<'c> Chain<'c> {
         let released = join_all(releases).await;
         let mut error = None;
         for (held, released) in self.taken.iter().zip(released) {
-            let reason = match released {
-                Released::Freed => {
-                    telemetry::released(held);
-                    continue;
-                }
-                Released::NotHeld => match held.check_now() {
-                    Some(Loss {
-                        reason: LossReason::Expired,
-                        ..
-                    }) => LossReason::Expired,
-                    _ => LossReason::Taken,
-                },
-                Released::Unknown => LossReason::Unconfirmed,
+            let Some(reason) = released.loss(held) else {
+                telemetry::released(held);
+                continue;
             };
             let loss = Loss::new(reason, FoundBy::Release);
             telemetry::lost(held, loss);

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::super::acquire::timed_out;
 use crate::client::LockClient;
-use crate::error::{HeldBy, LockError};
+use crate::error::LockError;
 use crate::kind::several::Several;
 use crate::kind::{kind_mismatch, Claim};
 use crate::owner_id::OwnerId;
@@ -192,19 +193,9 @@ impl Set<'_> {
     }
 
     /// The error of a call that waited in vain, naming the key that refused
-    /// last and this client as its holder when one of its bodies holds it.
+    /// last.
     fn timed_out(&self, index: usize, waited: Duration) -> LockError {
-        let key = self.keys[index].clone();
-        let held_by = if self.client.inner.registry.holds(&key) {
-            HeldBy::ThisClient
-        } else {
-            HeldBy::Other
-        };
-        LockError::Timeout {
-            key,
-            waited,
-            held_by,
-        }
+        timed_out(self.client, self.keys[index].clone(), waited)
     }
 
     /// The caller's error for a failed request, on the key the server's

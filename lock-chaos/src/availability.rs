@@ -146,7 +146,9 @@ fn released(ix: &Index<'_>, key: &str, limits: &Limits, bound: u64) -> Vec<(u64,
 fn sets<'a>(ix: &Index<'a>) -> HashMap<(u32, u64), Vec<&'a str>> {
     let mut sets: HashMap<(u32, u64), Vec<&str>> = HashMap::new();
     for c in ix.history.calls.iter().filter(|c| c.in_set()) {
-        sets.entry((c.proc, c.set)).or_default().push(c.key.as_str());
+        sets.entry((c.proc, c.set))
+            .or_default()
+            .push(c.key.as_str());
     }
     sets
 }

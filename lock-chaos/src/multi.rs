@@ -118,7 +118,10 @@ mod tests {
             let distinct = names(s);
             assert!((2..=3).contains(&distinct.len()), "{s:?}");
             assert!(s.set.iter().all(|&k| k < KEYS));
-            assert_eq!((s.key, s.how, s.kind), (s.set[0], How::RunLocked, LockKind::Plain));
+            assert_eq!(
+                (s.key, s.how, s.kind),
+                (s.set[0], How::RunLocked, LockKind::Plain)
+            );
             assert_eq!(s.space, Space::Plain);
             sizes.insert(distinct.len());
             orders.insert(s.set.clone());
@@ -151,7 +154,10 @@ mod tests {
         for _ in 0..1000 {
             let s = op(&mut rng, kinds).step;
             assert_eq!(names(&s), BTreeSet::from(["rw0".into(), "rw1".into()]));
-            assert!(matches!(s.kind, LockKind::Read | LockKind::Write | LockKind::Plain));
+            assert!(matches!(
+                s.kind,
+                LockKind::Read | LockKind::Write | LockKind::Plain
+            ));
             readers += usize::from(s.kind == LockKind::Read);
             if let Inner::Reenter(inner) = &s.inner {
                 assert_eq!(inner.space, Space::ReadWrite);

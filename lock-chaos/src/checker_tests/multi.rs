@@ -25,7 +25,12 @@ fn multi(
 
 /// A multi-key call of process `proc` on `keys` that waited from `start`
 /// to `end` (its wait) and timed out: a call per key, no body.
-fn multi_timeout(h: &mut History, (proc, first): (u32, u64), keys: &[&str], (start, end): (u64, u64)) {
+fn multi_timeout(
+    h: &mut History,
+    (proc, first): (u32, u64),
+    keys: &[&str],
+    (start, end): (u64, u64),
+) {
     for (i, key) in keys.iter().enumerate() {
         let id = first + i as u64;
         h.calls
@@ -56,13 +61,21 @@ fn two_multi_key_holds_overlapping_on_one_key_fail_rule_1() {
     assert_eq!(rules(&v), vec![1], "{v:#?}");
     assert_eq!(v[0].key, "y");
     assert!(
-        v[0].message.contains("p0t0 call 11 (acq 11) and p1t0 call 11 (acq 11)"),
+        v[0].message
+            .contains("p0t0 call 11 (acq 11) and p1t0 call 11 (acq 11)"),
         "{}",
         v[0].message
     );
     // Told Lost (on one of its keys, which marks the whole set): exempt.
     let mut h = good();
-    multi(&mut h, (0, 10), &["x", "y"], (10, 30), &[1, 1], Outcome::LostTaken);
+    multi(
+        &mut h,
+        (0, 10),
+        &["x", "y"],
+        (10, 30),
+        &[1, 1],
+        Outcome::LostTaken,
+    );
     multi(&mut h, (1, 10), &["z", "y"], (20, 40), &[1, 2], Outcome::Ok);
     let v = check(&h, &Limits::default());
     assert!(v.is_empty(), "{v:#?}");

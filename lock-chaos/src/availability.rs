@@ -1,7 +1,10 @@
 //! Rule 4: a call that timed out waited on a key that something held, or
 //! that a fault could have kept held; rule 7: or that a call released
 //! shortly before (a failover may keep it held until the release is sent
-//! again). See [`crate::checker`].
+//! again). A multi-key call that timed out waited on a key of its set that
+//! qualifies. See [`crate::checker`].
+
+use std::collections::HashMap;
 
 use crate::history::{LockKind, Outcome};
 use crate::index::{Index, Limits, Violation};
@@ -57,11 +60,14 @@ fn held(ix: &Index<'_>, key: &str, limits: &Limits) -> Vec<(u64, u64)> {
             let from = c.start.max(c.end.saturating_sub(limits.grant_lead));
             spans.push((from, c.end + c.lease));
         }
-        let in_line = match c.kind {
-            LockKind::Fair => true,
-            LockKind::Write | LockKind::Plain => readers,
-            LockKind::Read | LockKind::Permits(_) => false,
-        };
+        // A multi-key call keeps no place in any line: its script withdraws
+        // a writer's claim at once.
+        let in_line = !c.in_set()
+            && match c.kind {
+                LockKind::Fair => true,
+                LockKind::Write | LockKind::Plain => readers,
+                LockKind::Read | LockKind::Permits(_) => false,
+            };
         if !in_line || c.waiter_lease == 0 {
             continue;
         }
@@ -136,34 +142,74 @@ fn released(ix: &Index<'_>, key: &str, limits: &Limits, bound: u64) -> Vec<(u64,
     spans
 }
 
+/// The keys of each multi-key call's set, by (process, the set's id).
+fn sets<'a>(ix: &Index<'a>) -> HashMap<(u32, u64), Vec<&'a str>> {
+    let mut sets: HashMap<(u32, u64), Vec<&str>> = HashMap::new();
+    for c in ix.history.calls.iter().filter(|c| c.in_set()) {
+        sets.entry((c.proc, c.set))
+            .or_default()
+            .push(c.key.as_str());
+    }
+    sets
+}
+
 /// The timed-out calls whose wait window has an uncovered stretch longer
 /// than `gap_slack` under `spans_of` (per key): rule `rule`, its message
 /// `name: <the call> timed out ...; <what> for N ms`.
+///
+/// A multi-key call is checked once, over its set: its window is covered
+/// where any key of the set is. The runtime's `Timeout` names the key that
+/// refused last, but the call's wait spans every refusal before it, each
+/// on whichever key of the set was taken then (it waits in that key's line
+/// until news, then asks for the whole set again), and a set is free only
+/// when all its keys are: so a stretch in which another key of the set was
+/// held explains the wait as well as one on the named key.
 fn uncovered<'a>(
     ix: &Index<'a>,
     limits: &Limits,
     (rule, name, what): (u8, &str, &str),
     spans_of: impl Fn(&str) -> Vec<(u64, u64)>,
 ) -> Vec<Violation> {
-    let mut cache: std::collections::HashMap<&str, Vec<(u64, u64)>> = Default::default();
+    let mut cache: HashMap<&str, Vec<(u64, u64)>> = HashMap::new();
+    let sets = sets(ix);
+    let mut checked_sets = std::collections::HashSet::new();
     let mut out = Vec::new();
     for c in &ix.history.calls {
         if c.outcome != Outcome::Timeout || c.is_reentry() {
             continue;
         }
-        let spans = cache
-            .entry(c.key.as_str())
-            .or_insert_with(|| spans_of(&c.key));
+        let keys = match sets.get(&(c.proc, c.set)) {
+            Some(keys) if c.in_set() => {
+                if !checked_sets.insert((c.proc, c.set)) {
+                    continue;
+                }
+                keys.clone()
+            }
+            _ => vec![c.key.as_str()],
+        };
+        let mut spans = Vec::new();
+        for &key in &keys {
+            spans.extend_from_slice(cache.entry(key).or_insert_with(|| spans_of(key)));
+        }
+        if keys.len() > 1 {
+            spans.sort_unstable();
+        }
         let to = c.end.min(c.start + c.wait);
-        let (at, len) = longest_gap(spans, c.start, to);
+        let (at, len) = longest_gap(&spans, c.start, to);
         if len > limits.gap_slack {
+            let (of, what) = if keys.len() > 1 {
+                let what = what.replacen("the key was", "its keys were", 1);
+                (format!(" on the set {}", keys.join(", ")), what)
+            } else {
+                (String::new(), what.to_owned())
+            };
             out.push(Violation {
                 rule,
                 key: c.key.clone(),
                 at,
-                shape: String::new(),
+                shape: if keys.len() > 1 { "multi-key" } else { "" }.to_owned(),
                 message: format!(
-                    "{name}: p{}t{} call {} timed out after waiting {:.0} ms; {what} for {:.0} ms",
+                    "{name}: p{}t{} call {}{of} timed out after waiting {:.0} ms; {what} for {:.0} ms",
                     c.proc,
                     c.task,
                     c.call,

@@ -5,6 +5,16 @@
 //! holders are *exclusive*; readers share with readers, and permit holders
 //! with permit holders of the same count.
 //!
+//! A multi-key call (`run_locked_all`) is recorded as one acquisition per
+//! distinct key of its set: a call and a body on that key, with an id of
+//! their own, the key's fencing token (`fencing_token_of`), the set's
+//! times and outcome, and the set's id (`Call::set`). So every rule reads
+//! it as a hold of each of its keys, unchanged: no key of the set has two
+//! holders (rule 1), each key's tokens rise (rule 2), the call is bounded
+//! (rule 3). A call told `Lost` (the error names one key) counts as lost on
+//! every key of its set: the other keys may have been lost too, unseen.
+//! Rules 4 and 7 read a multi-key timeout over its set (below).
+//!
 //! 1. Mutual exclusion, across kinds: two bodies on one key do not overlap
 //!    in time unless the call of one of them (or of the acquisition it
 //!    re-entered) ended in `Lost`, or both are readers, or both are permit
@@ -38,7 +48,10 @@
 //!    backend error...: its grant may be held unseen); the places in a line
 //!    (fair tickets, writers' claims) that a fault may have stranded or
 //!    brought back, for a waiter lease; and fault windows plus the longest
-//!    lease and a connect timeout after each.
+//!    lease and a connect timeout after each. A multi-key call that timed
+//!    out is checked once, over its set: its window is covered where any
+//!    key of its set is (it waits on whichever key refused it last, and
+//!    the set is free only when every key is).
 //! 5. Siblings on a held key: two calls joined with `tokio::join!` in a
 //!    body, on the key that body holds (through the same client), are never
 //!    inside their bodies at once: their body intervals under the same
@@ -54,7 +67,8 @@
 //!    returned with its release awaited (ok or body error), the time from
 //!    its body's exit until `release_bound` after its end. Fault windows
 //!    explain nothing: a failover may cost the calls in flight, not the
-//!    keys released before it.
+//!    keys released before it. A multi-key timeout: over its set, as in
+//!    rule 4.
 //! 8. Permits (`crate::kinds`): on a key of `permits = N`, at most N
 //!    permit holders that were not told `Lost` are inside at once.
 //! 9. Fair order (`crate::kinds`): of two fair calls on one key that both

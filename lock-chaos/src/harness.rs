@@ -89,6 +89,8 @@ pub struct RunConfig {
     /// Whether the workers run the kinds workload (read-write, permit and
     /// fair keys) instead of the plain one.
     pub lock_kinds: bool,
+    /// The share of top-level operations that are multi-key calls (%).
+    pub multi: u64,
 }
 
 /// What a run found.
@@ -149,6 +151,7 @@ fn spawn_worker(
             if cfg.distinct_siblings { "1" } else { "0" },
         ])
         .args(["--lock-kinds", if cfg.lock_kinds { "1" } else { "0" }])
+        .args(["--multi", &cfg.multi.to_string()])
         .arg("--out")
         .arg(out)
         .stdin(Stdio::null())

@@ -7,13 +7,17 @@
 //!   `end` is `done` (last statement reached) or `dropped` (cancelled,
 //!   panicked, or stopped on a loss).
 //! - `C proc task call acq key client start end wait lease outcome kind
-//!   waiter_lease`: how a call ended (times in ns on `CLOCK_MONOTONIC`,
+//!   waiter_lease set`: how a call ended (times in ns on `CLOCK_MONOTONIC`,
 //!   wait, lease and waiter lease in ns). `kind` is the kind of lock the
 //!   call asked for: `plain` (no kind option), `read`, `write`,
 //!   `permits:N` or `fair`. A fair call sends its first request, which
 //!   takes its place in the line, as it starts: its `start` is when it
-//!   began to wait, and its body's `enter` when it entered. Lines of older
-//!   histories, without the last two fields, are plain calls.
+//!   began to wait, and its body's `enter` when it entered. `set` is 0 for
+//!   a call on one key; a multi-key call (`run_locked_all`) is recorded as
+//!   one call (and one body) per distinct key of its set, each with a call
+//!   id of its own, and `set` is the call id of the set's first key in
+//!   each. Lines of older histories may lack the last fields: without
+//!   `kind` and `waiter_lease` a call is plain, without `set` on one key.
 //! - `N proc task call acq parent kind`: how a declared re-entry was made
 //!   in the body of call `parent` (which runs under acquisition `acq`):
 //!   `sibling` (one of two calls joined with `tokio::join!` on the key the
@@ -251,6 +255,10 @@ pub struct Call {
     /// writer's claim ahead of new readers) lives without a heartbeat (ns;
     /// 0 in older histories).
     pub waiter_lease: u64,
+    /// 0 for a call on one key; for one key of a multi-key call, the call
+    /// id of the set's first key (the same in the records of every key of
+    /// the set).
+    pub set: u64,
 }
 
 /// One fault window.
@@ -378,7 +386,7 @@ impl Call {
     /// The history line (with a newline).
     pub fn line(&self) -> String {
         format!(
-            "C\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
+            "C\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\n",
             self.proc,
             self.task,
             self.call,
@@ -391,13 +399,19 @@ impl Call {
             self.lease,
             self.outcome,
             self.kind,
-            self.waiter_lease
+            self.waiter_lease,
+            self.set
         )
     }
 
     /// Whether the call is a declared re-entry.
     pub fn is_reentry(&self) -> bool {
         self.acq != self.call
+    }
+
+    /// Whether the call is (one key of) a multi-key call.
+    pub fn in_set(&self) -> bool {
+        self.set != 0
     }
 }
 
@@ -476,7 +490,7 @@ impl History {
                 token: n(9)?,
                 done: f[10] == "done",
             }),
-            ("C", 12 | 14) => self.calls.push(Call {
+            ("C", 12 | 14 | 15) => self.calls.push(Call {
                 proc: n(1)? as u32,
                 task: n(2)? as u32,
                 call: n(3)?,
@@ -493,6 +507,7 @@ impl History {
                     None => LockKind::Plain,
                 },
                 waiter_lease: if f.len() > 13 { n(13)? } else { 0 },
+                set: if f.len() > 14 { n(14)? } else { 0 },
             }),
             ("N", 7) => self.nestings.push(Nesting {
                 proc: n(1)? as u32,
@@ -523,98 +538,5 @@ impl History {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lines_round_trip() {
-        let b = Body {
-            proc: 1,
-            task: 2,
-            call: 3,
-            acq: 3,
-            key: "k1".into(),
-            client: 1,
-            enter: 10,
-            exit: 20,
-            token: 99,
-            done: false,
-        };
-        let c = Call {
-            proc: 1,
-            task: 2,
-            call: 3,
-            acq: 3,
-            key: "k1".into(),
-            client: 1,
-            start: 5,
-            end: 25,
-            wait: 7,
-            lease: 8,
-            outcome: Outcome::LostTaken,
-            kind: LockKind::Permits(3),
-            waiter_lease: 9,
-        };
-        let f = Fault {
-            kind: "pause".into(),
-            target: "node0".into(),
-            start: 1,
-            end: 2,
-        };
-        let n = Nesting {
-            proc: 1,
-            task: 2,
-            call: 4,
-            acq: 3,
-            parent: 3,
-            kind: NestKind::Detached,
-        };
-        let r = Resume {
-            proc: 1,
-            task: 2,
-            call: 4,
-            acq: 3,
-            at: 30,
-            token: 99,
-        };
-        let mut h = History::default();
-        let text = [b.line(), c.line(), n.line(), r.line(), f.line()].concat();
-        h.parse_into(&format!("{text}B\t1\nN\t1\t2\t4\t3\t3\tcousin\n"));
-        assert_eq!(h.bodies, vec![b]);
-        assert_eq!(h.calls, vec![c]);
-        assert_eq!(h.nestings, vec![n]);
-        assert_eq!(h.resumes, vec![r]);
-        assert_eq!(h.faults, vec![f]);
-        assert_eq!(h.bad_lines, 2);
-        assert_eq!(h.to_text(), text);
-    }
-
-    #[test]
-    fn kinds_round_trip_and_older_call_lines_are_plain() {
-        for kind in [
-            LockKind::Plain,
-            LockKind::Read,
-            LockKind::Write,
-            LockKind::Permits(2),
-            LockKind::Fair,
-        ] {
-            assert_eq!(LockKind::parse(&kind.as_str()), Some(kind));
-        }
-        assert_eq!(LockKind::parse("permits:x"), None);
-        assert_eq!(LockKind::parse("shared"), None);
-        let mut h = History::default();
-        h.parse_into("C\t1\t2\t3\t3\tk1\t0\t5\t25\t7\t8\tok\n");
-        h.parse_into("C\t1\t2\t4\t4\tk1\t0\t5\t25\t7\t8\tok\tshared\t0\n");
-        assert_eq!(h.calls.len(), 1);
-        assert_eq!(h.calls[0].kind, LockKind::Plain);
-        assert_eq!(h.calls[0].waiter_lease, 0);
-        assert_eq!(h.bad_lines, 1);
-        assert!(LockKind::Read.shares_with(LockKind::Read));
-        assert!(LockKind::Permits(2).shares_with(LockKind::Permits(2)));
-        assert!(!LockKind::Permits(2).shares_with(LockKind::Permits(3)));
-        assert!(!LockKind::Read.shares_with(LockKind::Write));
-        assert!(!LockKind::Fair.shares_with(LockKind::Fair));
-        assert!(LockKind::Fair.is_exclusive() && LockKind::Plain.is_exclusive());
-        assert!(!LockKind::Read.is_exclusive() && !LockKind::Permits(1).is_exclusive());
-    }
-}
+#[path = "history_tests.rs"]
+mod tests;

@@ -16,6 +16,7 @@ pub mod harness;
 pub mod history;
 pub mod index;
 pub mod kinds;
+pub mod multi;
 pub mod plan;
 pub mod proxy;
 pub mod record;

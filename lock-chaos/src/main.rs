@@ -8,12 +8,13 @@ use lock_chaos::faults::{self, Kind, KINDS, REPLICATED_KINDS};
 use lock_chaos::harness::{self, Mode, RunConfig};
 use lock_chaos::history::History;
 use lock_chaos::index::Limits;
+use lock_chaos::multi;
 use lock_chaos::report;
 use lock_chaos::worker::{self, WorkerArgs};
 
 const USAGE: &str = "usage: lock-chaos [--minutes N | --seconds N] [--seed S] \
 [--mode single|redlock|both|cluster|sentinel|all] [--workers N] [--tasks N] [--show N] [--history DIR]
-       [--faults KIND,KIND,...|none] [--distinct-siblings] [--kinds]
+       [--faults KIND,KIND,...|none] [--distinct-siblings] [--kinds] [--multi PCT]
        lock-chaos check FILE [--show N]";
 
 /// The harness's options.
@@ -30,6 +31,8 @@ struct Cli {
     distinct_siblings: bool,
     /// `--kinds`: the kinds workload in every mode run.
     lock_kinds: bool,
+    /// `--multi`: the share of operations that are multi-key calls (%).
+    multi: u64,
 }
 
 fn value(args: &[String], i: usize) -> Result<&str, String> {
@@ -56,6 +59,7 @@ fn parse_cli(args: &[String]) -> Result<Cli, String> {
         kinds: None,
         distinct_siblings: false,
         lock_kinds: false,
+        multi: multi::DEFAULT_PERCENT,
     };
     let mut i = 0;
     while i < args.len() {
@@ -69,6 +73,7 @@ fn parse_cli(args: &[String]) -> Result<Cli, String> {
             "--show" => cli.show = num(args, i)?,
             "--history" => cli.history = Some(value(args, i)?.to_owned()),
             "--faults" => cli.kinds = Some(parse_kinds(value(args, i)?)?),
+            "--multi" => cli.multi = num::<u64>(args, i)?.min(100),
             "--distinct-siblings" => {
                 cli.distinct_siblings = true;
                 i += 1;
@@ -124,6 +129,7 @@ fn parse_worker(args: &[String]) -> Result<WorkerArgs, String> {
         run_ms: 1000,
         distinct_siblings: false,
         lock_kinds: false,
+        multi: 0,
     };
     let mut i = 0;
     while i < args.len() {
@@ -138,6 +144,7 @@ fn parse_worker(args: &[String]) -> Result<WorkerArgs, String> {
             "--run-ms" => w.run_ms = num(args, i)?,
             "--distinct-siblings" => w.distinct_siblings = value(args, i)? == "1",
             "--lock-kinds" => w.lock_kinds = value(args, i)? == "1",
+            "--multi" => w.multi = num::<u64>(args, i)?.min(100),
             other => return Err(format!("worker: unknown argument {other}")),
         }
         i += 2;
@@ -164,12 +171,13 @@ async fn run_mode(cli: &Cli, mode: Mode, seconds: u64) -> Result<usize, String> 
         kinds,
         distinct_siblings: cli.distinct_siblings,
         lock_kinds: cli.lock_kinds,
+        multi: cli.multi,
     };
     let name = mode.as_str();
     let workload = if cli.lock_kinds { ", lock kinds" } else { "" };
     println!(
-        "== mode {name}: seed {} for {seconds} s, {} workers x {} tasks{workload}",
-        cli.seed, cli.workers, cli.tasks
+        "== mode {name}: seed {} for {seconds} s, {} workers x {} tasks{workload}, {} % multi-key calls",
+        cli.seed, cli.workers, cli.tasks, cli.multi
     );
     let started = Instant::now();
     let result = harness::run(&cfg)

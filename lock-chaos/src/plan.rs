@@ -21,6 +21,9 @@ pub enum Space {
     Permits,
     /// `f0`, `f1`: fair calls.
     Fair,
+    /// `{t}k0`..`{t}k3`: on Cluster, the keys of the multi-key calls whose
+    /// keys share one hash tag, so one slot (`crate::multi`).
+    Tagged,
 }
 
 /// The read-write keys of the kinds workload (`rw0`, `rw1`).
@@ -119,18 +122,28 @@ pub struct Step {
     pub kind: LockKind,
     /// The waiter lease it sets (ms), if any.
     pub waiter_lease_ms: Option<u64>,
+    /// For a multi-key call (`run_locked_all`), the keys it lists, in the
+    /// order listed (sometimes one twice; `key` is the first); empty for a
+    /// call on one key.
+    pub set: Vec<u64>,
 }
 
 impl Step {
     /// The key, without prefix.
     pub fn key_name(&self) -> String {
+        self.name_of(self.key)
+    }
+
+    /// The name of key `key` of the step's set of keys, without prefix.
+    pub fn name_of(&self, key: u64) -> String {
         let prefix = match self.space {
             Space::Plain => "k",
             Space::ReadWrite => "rw",
             Space::Permits => "p",
             Space::Fair => "f",
+            Space::Tagged => "{t}k",
         };
-        format!("{prefix}{}", self.key)
+        format!("{prefix}{key}")
     }
 }
 
@@ -186,6 +199,7 @@ pub fn step(rng: &mut Rng, key: Option<u64>, client: Option<u8>) -> Step {
         space: Space::Plain,
         kind: LockKind::Plain,
         waiter_lease_ms: None,
+        set: Vec::new(),
     }
 }
 
@@ -293,7 +307,7 @@ pub fn kind_step(
         s.sleep_ms = rng.range(50, 250);
     }
     let kind = match space {
-        Space::Plain => LockKind::Plain,
+        Space::Plain | Space::Tagged => LockKind::Plain,
         Space::ReadWrite if rng.chance(75) => LockKind::Read,
         Space::ReadWrite if rng.chance(50) => LockKind::Write,
         Space::ReadWrite => LockKind::Plain,
@@ -307,7 +321,7 @@ pub fn kind_step(
 /// Makes `s` ask for `kind`: only a plain call on a read-write key goes
 /// through the attribute (the attribute takes no kind option); writers
 /// and fair calls set a waiter lease half the time.
-fn set_kind(rng: &mut Rng, s: &mut Step, kind: LockKind) {
+pub(crate) fn set_kind(rng: &mut Rng, s: &mut Step, kind: LockKind) {
     s.kind = kind;
     if s.how == How::Annotated && !(s.space == Space::ReadWrite && kind == LockKind::Plain) {
         s.how = How::RunLocked;

@@ -75,6 +75,9 @@ pub struct Ctx {
     /// Whether the call is top-level (a drop then means the wrapper's
     /// timeout cancelled it).
     pub top: bool,
+    /// 0 for a call on one key; for one key of a multi-key call, the call
+    /// id of the set's first key.
+    pub set: u64,
 }
 
 /// Writes the body's line when dropped: at its last statement
@@ -85,9 +88,22 @@ pub struct BodyGuard {
 }
 
 impl BodyGuard {
-    /// Call as the body's first statement.
+    /// Call as the body's first statement: records the token of the
+    /// innermost hold (`fencing_token()`).
     pub fn enter(ctx: &Ctx) -> BodyGuard {
         let enter = now_ns();
+        BodyGuard::entered(ctx, enter, lock_runtime::fencing_token().unwrap_or(0))
+    }
+
+    /// Call as the first statement of a multi-key call's body, once per key
+    /// of its set, with the time read once for all: records the token of
+    /// the key `ctx` names (`fencing_token_of`).
+    pub fn enter_key(ctx: &Ctx, enter: u64) -> BodyGuard {
+        let token = lock_runtime::fencing_token_of(&ctx.key).unwrap_or(0);
+        BodyGuard::entered(ctx, enter, token)
+    }
+
+    fn entered(ctx: &Ctx, enter: u64, token: u64) -> BodyGuard {
         BodyGuard {
             body: Body {
                 proc: ctx.proc,
@@ -98,7 +114,7 @@ impl BodyGuard {
                 client: ctx.client,
                 enter,
                 exit: 0,
-                token: lock_runtime::fencing_token().unwrap_or(0),
+                token,
                 done: false,
             },
         }
@@ -147,6 +163,7 @@ impl CallGuard {
                 outcome: Outcome::Other,
                 kind,
                 waiter_lease: waiter_lease_ms * 1_000_000,
+                set: ctx.set,
             },
             top: ctx.top,
             outcome: None,

@@ -35,7 +35,7 @@ pub fn context(ix: &Index<'_>, v: &Violation, origin: u64) -> String {
         lines.push((
             b.enter,
             format!(
-                "    body p{}t{} call {} acq {} client {}{}{}: enter {} exit {} token {} {} -> {}",
+                "    body p{}t{} call {} acq {} client {}{}{}{}: enter {} exit {} token {} {} -> {}",
                 b.proc,
                 b.task,
                 b.call,
@@ -43,6 +43,7 @@ pub fn context(ix: &Index<'_>, v: &Violation, origin: u64) -> String {
                 b.client,
                 kind_word(ix.kind(b)),
                 made(ix, b.proc, b.call),
+                set_word(ix, b.proc, b.call),
                 rel(b.enter, origin),
                 rel(b.exit, origin),
                 b.token,
@@ -59,7 +60,7 @@ pub fn context(ix: &Index<'_>, v: &Violation, origin: u64) -> String {
         lines.push((
             c.start,
             format!(
-                "    call p{}t{} call {} acq {} client {}{}{}: start {} end {} wait {} ms lease {} ms{} -> {}",
+                "    call p{}t{} call {} acq {} client {}{}{}{}: start {} end {} wait {} ms lease {} ms{} -> {}",
                 c.proc,
                 c.task,
                 c.call,
@@ -67,6 +68,7 @@ pub fn context(ix: &Index<'_>, v: &Violation, origin: u64) -> String {
                 c.client,
                 kind_word(c.kind),
                 made(ix, c.proc, c.call),
+                set_word(ix, c.proc, c.call),
                 rel(c.start, origin),
                 rel(c.end, origin),
                 c.wait / 1_000_000,
@@ -118,6 +120,22 @@ fn made(ix: &Index<'_>, proc: u32, call: u64) -> String {
     ix.nesting(proc, call).map_or(String::new(), |n| {
         format!(" ({} in call {})", n.kind.as_str(), n.parent)
     })
+}
+
+/// The set of a multi-key call's record, for its lines: the set's id and
+/// its keys.
+fn set_word(ix: &Index<'_>, proc: u32, call: u64) -> String {
+    let Some(set) = ix.call(proc, call).filter(|c| c.in_set()).map(|c| c.set) else {
+        return String::new();
+    };
+    let keys: Vec<&str> = ix
+        .history
+        .calls
+        .iter()
+        .filter(|c| c.proc == proc && c.set == set)
+        .map(|c| c.key.as_str())
+        .collect();
+    format!(" (set {set}: {})", keys.join(", "))
 }
 
 /// One line for each body on `key` with resumes within `[from, to]`: how
@@ -186,6 +204,7 @@ pub fn summary(h: &History, duration_s: f64, violations: &[Violation]) -> String
     let losses = h.calls.iter().filter(|c| c.outcome.is_lost()).count();
     let _ = writeln!(out, "losses: {losses}");
     out.push_str(&nested_summary(h));
+    out.push_str(&multi_summary(h));
     out.push_str(&kinds_summary(h));
     let mut rules = [0usize; 11];
     for v in violations {
@@ -235,6 +254,36 @@ fn nested_summary(h: &History) -> String {
     }
     let _ = writeln!(out, "resumes: {}", h.resumes.len());
     out
+}
+
+/// The multi-key calls (sets, not their keys' records): by outcome; then
+/// how many had 2 and 3 keys, asked for read mode, and had keys of one
+/// hash tag (Cluster). Nothing when there are none.
+fn multi_summary(h: &History) -> String {
+    let mut sets: BTreeMap<(u32, u64), Vec<&Call>> = BTreeMap::new();
+    for c in h.calls.iter().filter(|c| c.in_set()) {
+        sets.entry((c.proc, c.set)).or_default().push(c);
+    }
+    if sets.is_empty() {
+        return String::new();
+    }
+    let mut outcomes: BTreeMap<Outcome, usize> = BTreeMap::new();
+    let mut sizes: BTreeMap<usize, usize> = BTreeMap::new();
+    let (mut read, mut tagged) = (0, 0);
+    for calls in sets.values() {
+        *outcomes.entry(calls[0].outcome).or_default() += 1;
+        *sizes.entry(calls.len()).or_default() += 1;
+        read += usize::from(calls[0].kind == LockKind::Read);
+        tagged += usize::from(calls.iter().all(|c| c.key.starts_with("{t}")));
+    }
+    let outcomes: Vec<String> = outcomes.iter().map(|(o, n)| format!("{o}={n}")).collect();
+    let sizes: Vec<String> = sizes.iter().map(|(k, n)| format!("{k} keys {n}")).collect();
+    format!(
+        "multi-key calls: {}: {}\nmulti-key sets: {}, read {read}, one hash tag {tagged}\n",
+        sets.len(),
+        outcomes.join(" "),
+        sizes.join(", ")
+    )
 }
 
 /// The calls of each lock kind (acquisitions, by outcome), the most

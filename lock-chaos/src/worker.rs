@@ -13,6 +13,7 @@ use lock_runtime::{
 };
 
 use crate::history::{LockKind, NestKind, Outcome};
+use crate::multi;
 use crate::plan::{self, How, Inner, Op, Space, Step};
 use crate::record::{self, BodyGuard, CallGuard, Ctx};
 use crate::rng::Rng;
@@ -42,6 +43,9 @@ pub struct WorkerArgs {
     /// Whether the tasks run the kinds workload ([`plan::kinds_op`])
     /// instead of the plain one.
     pub lock_kinds: bool,
+    /// The share of top-level operations that are multi-key calls
+    /// ([`multi::op`], %).
+    pub multi: u64,
 }
 
 static SECOND: OnceLock<LockClient> = OnceLock::new();
@@ -123,6 +127,38 @@ async fn body(step: &Step, ctx: &Ctx) -> Result<(), CallError> {
     guard.done();
     if let Some(rest) = detached {
         detach(rest);
+    }
+    if step.fail {
+        Err(CallError::Body)
+    } else {
+        Ok(())
+    }
+}
+
+/// The body of a multi-key call, whose keys `ctxs` name: records a body
+/// on each key (with that key's token), sleeps, and makes its re-entry
+/// (a call on one key of the set) under that key's acquisition.
+async fn multi_body(step: &Step, ctxs: &[Ctx]) -> Result<(), CallError> {
+    let enter = crate::clock::now_ns();
+    let guards: Vec<BodyGuard> = ctxs
+        .iter()
+        .map(|ctx| BodyGuard::enter_key(ctx, enter))
+        .collect();
+    let half = Duration::from_millis(step.sleep_ms / 2);
+    tokio::time::sleep(half).await;
+    let held = match &step.inner {
+        Inner::Reenter(inner) => ctxs.iter().find(|c| c.key == inner.key_name()),
+        _ => None,
+    };
+    // The plan gives a multi-key body a re-entry or nothing: no detached
+    // call to spawn.
+    let _ = inner(step, held.unwrap_or(&ctxs[0])).await;
+    tokio::time::sleep(Duration::from_millis(step.sleep_ms) - half).await;
+    if step.panic {
+        panic!("lock-chaos: planned panic in a body");
+    }
+    for guard in guards {
+        guard.done();
     }
     if step.fail {
         Err(CallError::Body)
@@ -242,6 +278,9 @@ fn call(step: &Step, site: Site) -> Boxed {
 }
 
 fn site_call(step: Step, site: Site) -> Boxed {
+    if !step.set.is_empty() {
+        return multi_call(step, site);
+    }
     Box::pin(async move {
         let id = record::next_call_id();
         let ctx = Ctx {
@@ -252,29 +291,13 @@ fn site_call(step: Step, site: Site) -> Boxed {
             key: step.key_name(),
             client: step.client,
             top: site.top,
+            set: 0,
         };
         if let Some((parent, kind)) = site.nesting {
             record::nesting(&ctx, parent, kind);
         }
-        let waiter_lease = step
-            .waiter_lease_ms
-            .unwrap_or(plan::DEFAULT_WAITER_LEASE_MS);
-        let times = (step.wait_ms, step.lease_ms, waiter_lease);
-        let guard = CallGuard::start(&ctx, times, step.kind);
-        let mut options = LockOptions::new()
-            .lease(Duration::from_millis(step.lease_ms))
-            .wait(Duration::from_millis(step.wait_ms))
-            .renew(step.renew);
-        options = match step.kind {
-            LockKind::Plain => options,
-            LockKind::Read => options.mode(LockMode::Read),
-            LockKind::Write => options.mode(LockMode::Write),
-            LockKind::Permits(n) => options.permits(n),
-            LockKind::Fair => options.fair(true),
-        };
-        if let Some(ms) = step.waiter_lease_ms {
-            options = options.waiter_lease(Duration::from_millis(ms));
-        }
+        let guard = CallGuard::start(&ctx, times(&step), step.kind);
+        let options = options(&step);
         let result = match (step.how, step.client) {
             (How::Annotated, _) if step.space == Space::ReadWrite => {
                 annotated_rw(step.key, &step, &ctx).await
@@ -291,6 +314,78 @@ fn site_call(step: Step, site: Site) -> Boxed {
             }
         };
         guard.finish(classify(result));
+    })
+}
+
+/// A call's wait, lease and waiter lease (ms), as its record keeps them.
+fn times(step: &Step) -> (u64, u64, u64) {
+    let waiter_lease = step
+        .waiter_lease_ms
+        .unwrap_or(plan::DEFAULT_WAITER_LEASE_MS);
+    (step.wait_ms, step.lease_ms, waiter_lease)
+}
+
+/// A call's options: lease, wait, renewal, kind and waiter lease.
+fn options(step: &Step) -> LockOptions {
+    let mut options = LockOptions::new()
+        .lease(Duration::from_millis(step.lease_ms))
+        .wait(Duration::from_millis(step.wait_ms))
+        .renew(step.renew);
+    options = match step.kind {
+        LockKind::Plain => options,
+        LockKind::Read => options.mode(LockMode::Read),
+        LockKind::Write => options.mode(LockMode::Write),
+        LockKind::Permits(n) => options.permits(n),
+        LockKind::Fair => options.fair(true),
+    };
+    if let Some(ms) = step.waiter_lease_ms {
+        options = options.waiter_lease(Duration::from_millis(ms));
+    }
+    options
+}
+
+/// A multi-key call (`run_locked_all` on the keys the step lists, on its
+/// client), made at the top of a task. Each distinct key of the set is
+/// recorded as a call and a body of its own, with an id of its own and
+/// the set's (its first key's id), so that every rule sees a hold of each
+/// key, with that key's fencing token.
+fn multi_call(step: Step, site: Site) -> Boxed {
+    Box::pin(async move {
+        let listed: Vec<String> = step.set.iter().map(|&k| step.name_of(k)).collect();
+        let mut ctxs: Vec<Ctx> = Vec::with_capacity(listed.len());
+        for key in &listed {
+            if ctxs.iter().any(|c| &c.key == key) {
+                continue;
+            }
+            let id = record::next_call_id();
+            ctxs.push(Ctx {
+                proc: PROC.get().copied().unwrap_or(0),
+                task: site.task,
+                call: id,
+                acq: id,
+                key: key.clone(),
+                client: step.client,
+                top: site.top,
+                set: ctxs.first().map_or(id, |first| first.call),
+            });
+        }
+        let guards: Vec<CallGuard> = ctxs
+            .iter()
+            .map(|ctx| CallGuard::start(ctx, times(&step), step.kind))
+            .collect();
+        let options = options(&step);
+        let body = multi_body(&step, &ctxs);
+        let result = match step.client {
+            0 => lock_runtime::run_locked_all(&listed, options, body).await,
+            _ => {
+                let second = SECOND.get().expect("second client");
+                second.run_locked_all(&listed, options, body).await
+            }
+        };
+        let outcome = classify(result);
+        for guard in guards {
+            guard.finish(outcome);
+        }
     })
 }
 
@@ -327,7 +422,14 @@ async fn task_loop(args: WorkerArgs, task: u32, until: Instant) {
         if Instant::now() >= until {
             break;
         }
-        let op = if args.lock_kinds {
+        let multi = args.multi > 0 && rng.chance(args.multi);
+        let op = if multi {
+            let setting = multi::Setting {
+                kinds: args.lock_kinds,
+                cluster: args.deploy == "cluster",
+            };
+            multi::op(&mut rng, setting)
+        } else if args.lock_kinds {
             plan::kinds_op(&mut rng, args.deploy == "redlock")
         } else {
             plan::op(&mut rng, args.distinct_siblings)

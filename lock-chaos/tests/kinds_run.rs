@@ -1,7 +1,8 @@
 //! A short run of the kinds workload on one node (fixed seed, 30 s, about
 //! 32 s): no violation of any rule, availability included, and faults,
 //! every kind's successful calls, readers and permit holders side by side,
-//! and fair calls that waited together did happen.
+//! fair calls that waited together and multi-key calls on the read-write
+//! keys (readers among them) did happen.
 
 use std::process::Command;
 
@@ -63,6 +64,16 @@ fn short_kinds_run_on_one_node() {
         assert!(ok >= 10, "{kind}: {ok} calls ok");
     }
     assert_eq!(field(&out, "calls: ", "kind_mismatch"), 0);
+    // Multi-key calls on the read-write keys, readers among them.
+    let sets = numbers(&out, "multi-key calls: ");
+    assert!(sets.len() == 1 && sets[0] >= 10, "multi-key calls {sets:?}");
+    assert!(field(&out, "multi-key calls: ", "ok") >= 5);
+    let read = out
+        .lines()
+        .find_map(|l| l.strip_prefix("multi-key sets: "))
+        .and_then(|l| l.split(", ").find_map(|p| p.strip_prefix("read ")))
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(read.is_some_and(|n| n >= 5), "multi-key readers: {read:?}");
     let most = out
         .lines()
         .find_map(|l| l.strip_prefix("most inside at once: "))

@@ -1,6 +1,7 @@
 //! Short runs of the replicated modes (fixed seed, 30 s each, one after
-//! the other, about 40 s each): no violations, and faults, bodies and
-//! successful calls did happen.
+//! the other, about 40 s each): no violations, and faults, bodies,
+//! successful calls and multi-key calls (on Cluster, over one slot and over
+//! several) did happen.
 
 use std::process::Command;
 
@@ -38,5 +39,27 @@ fn short_runs_cluster_then_sentinel() {
             out.contains("successful calls per window"),
             "{mode}: the windows"
         );
+        let sets = numbers(&out, "multi-key calls: ");
+        assert!(
+            sets.len() == 1 && sets[0] >= 10,
+            "{mode}: multi-key calls {sets:?}"
+        );
+        if mode == "cluster" {
+            // `multi-key sets: 2 keys A, 3 keys B, read 0, one hash tag T`.
+            let line = out
+                .lines()
+                .find_map(|l| l.strip_prefix("multi-key sets: "))
+                .expect("the multi-key sets");
+            let tagged: u64 = line
+                .rsplit(' ')
+                .next()
+                .and_then(|n| n.parse().ok())
+                .expect("one hash tag N");
+            assert!(
+                tagged >= 3 && tagged + 3 <= sets[0],
+                "cluster: sets of one hash tag {tagged} of {}",
+                sets[0]
+            );
+        }
     }
 }

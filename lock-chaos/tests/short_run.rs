@@ -1,5 +1,5 @@
 //! A short run of the whole harness (fixed seed, both modes, about 40 s):
-//! no violations, and faults and bodies did happen.
+//! no violations, and faults, bodies and multi-key calls did happen.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -9,6 +9,17 @@ fn numbers(out: &str, label: &str) -> Vec<u64> {
     out.lines()
         .filter_map(|l| l.strip_prefix(label))
         .filter_map(|rest| rest.split([':', ' ']).find(|s| !s.is_empty())?.parse().ok())
+        .collect()
+}
+
+/// The values of `name=` on the summary lines starting with `label`.
+fn field(out: &str, label: &str, name: &str) -> Vec<u64> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix(label))
+        .filter_map(|l| {
+            l.split_whitespace()
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('=')?.parse().ok())
+        })
         .collect()
 }
 
@@ -40,6 +51,17 @@ fn short_run_both_modes() {
         .filter_map(|kv| kv.split('=').next())
         .collect();
     assert!(kinds.len() >= 6, "fault kinds seen: {kinds:?}");
+    // The multi-key move (10 % of the operations), on both modes.
+    let sets = numbers(&out, "multi-key calls: ");
+    assert!(
+        sets.len() == 2 && sets.iter().all(|&n| n >= 10),
+        "multi-key calls per mode: {sets:?}"
+    );
+    let entered: u64 = ["ok", "body_err"]
+        .iter()
+        .flat_map(|name| field(&out, "multi-key calls: ", name))
+        .sum();
+    assert!(entered >= 2, "multi-key calls that entered: {entered}");
     let violations = numbers(&out, "violations: ");
     assert_eq!(violations, vec![0, 0], "violations per mode (seed 7)");
     assert!(output.status.success());

@@ -27,10 +27,14 @@ static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::FENCE));
 
 /// The acquire script's source.
 fn acquire_source() -> String {
-    let source = sources::ACQUIRE;
+    token_rule(sources::ACQUIRE)
+}
+
+/// `source` (a script that takes the exclusive lock) as the library sends
+/// it: as written, or, for the checker's proof, with tokens made without
+/// the clock (they repeat after a restore from a snapshot).
+pub(super) fn token_rule(source: &str) -> String {
     if cfg!(feature = "defect-token-without-clock") {
-        // The checker's proof: tokens without the clock repeat after a
-        // restore from a snapshot.
         let rule =
             "local token = math.max(fence + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))";
         let without = "local token = fence + 1\nif fence == 0 then token = tonumber(now[1]) * 1000000 + tonumber(now[2]) end";

@@ -7,18 +7,23 @@
 //! key by key (`scripted::release`), each idempotent, so a release replayed
 //! after a failover is safe.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use futures_util::future::join_all;
 use redis::{RedisError, Value};
 
 use super::calls::ReleaseScripts;
-use super::{scripted, sources, Claim, Kind, Release};
+use super::{exclusive, scripted, sources, Claim, Kind, Release};
 use crate::route::{millis, Lane, Route, ScriptCall};
 
 /// Takes several keys at once; publishes where it gives back a reader's
-/// hold that others waited for.
-static ACQUIRE_ALL: ReleaseScripts = ReleaseScripts::new(sources::ACQUIRE_ALL);
+/// hold that others waited for. Its exclusive take follows the same token
+/// rule as the single-key acquire (see [`exclusive::token_rule`]).
+static ACQUIRE_ALL: LazyLock<ReleaseScripts> = LazyLock::new(|| {
+    let source = exclusive::token_rule(sources::ACQUIRE_ALL);
+    ReleaseScripts::new(Box::leak(source.into_boxed_str()))
+});
 
 /// The answer to an acquire of several keys.
 #[derive(Debug, Clone, PartialEq, Eq)]

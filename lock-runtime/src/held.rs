@@ -203,7 +203,7 @@ pub(crate) struct HeldLock {
 /// How long a lock was granted for: its lease, less the drift margin, and
 /// whether it is renewed.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Term {
+pub(crate) struct Grant {
     pub lease: Duration,
     pub drift: Duration,
     pub renew: bool,
@@ -220,14 +220,14 @@ pub(crate) struct Term {
 
 impl HeldLock {
     /// A lock taken by a request sent at `sent`: valid until
-    /// `sent + lease - drift`. Granted with `token`, and for a term with
+    /// `sent + lease - drift`. Granted with `token`, and for a grant with
     /// `hold_at_least`, at `since` (each node's time, see
     /// [`Acquire::Timed`](crate::kind::Acquire::Timed)).
     pub(crate) fn new(
         id: u64,
         (client, parent): (Arc<ClientTag>, Option<Frame>),
         (key, prefix_len): (String, usize),
-        Term {
+        Grant {
             lease,
             drift,
             renew,
@@ -235,7 +235,7 @@ impl HeldLock {
             kind,
             waiter_lease: _,
             hold_at_least,
-        }: Term,
+        }: Grant,
         (token, since): (u64, Option<Box<[u64]>>),
         sent: Instant,
     ) -> Self {

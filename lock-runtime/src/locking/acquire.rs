@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::client::LockClient;
 use crate::error::{HeldBy, LockError};
-use crate::held::{Frame, HeldLock, Term};
+use crate::held::{Frame, Grant, HeldLock};
 use crate::kind::{kind_mismatch, Acquire, Claim, Kind};
 use crate::locking::release::release_later;
 use crate::owner_id::OwnerId;
@@ -23,7 +23,7 @@ const NO_TTL_RETRY: Duration = Duration::from_millis(100);
 pub(crate) struct Request {
     pub key: String,
     pub parent: Option<Frame>,
-    pub term: Term,
+    pub grant: Grant,
     pub wait: Duration,
     /// The connection the call's requests take.
     pub lane: Lane,
@@ -32,7 +32,7 @@ pub(crate) struct Request {
 /// Takes the lock for a new acquisition, waiting up to `wait`.
 pub(crate) async fn acquire(client: &LockClient, request: Request) -> Result<HeldLock, LockError> {
     let mut outcome = Outcome {
-        label: request.term.label,
+        label: request.grant.label,
         start: Instant::now(),
         attempts: 0,
         known: false,
@@ -76,7 +76,7 @@ async fn take(
     let Request {
         key,
         parent,
-        term,
+        grant,
         wait,
         lane,
     } = request;
@@ -103,18 +103,18 @@ async fn take(
             Acquire::Timed { since, .. } => Some(since),
             _ => None,
         };
-        let grant = (token, since);
+        let given = (token, since);
         (
-            HeldLock::new(id, chain, (key, prefix), term, grant, sent),
+            HeldLock::new(id, chain, (key, prefix), grant, given, sent),
             acked,
         )
     };
     let claim = Claim {
-        kind: term.kind,
-        lease: term.lease,
-        waiter_lease: term.waiter_lease,
+        kind: grant.kind,
+        lease: grant.lease,
+        waiter_lease: grant.waiter_lease,
         others_wait: false,
-        timed: term.hold_at_least.is_some(),
+        timed: grant.hold_at_least.is_some(),
     };
 
     // Try at once, unless others here already wait for this key: then queue

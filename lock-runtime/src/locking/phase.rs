@@ -16,7 +16,7 @@ use super::acquire::{self, Request};
 use super::release::{release_later, Released};
 use crate::client::{ClientRef, Inner, LockClient};
 use crate::error::{HeldBy, KindFoundBy, LockError};
-use crate::held::{Frame, HeldLock, Loss, Term};
+use crate::held::{Frame, Grant, HeldLock, Loss};
 use crate::kind::Kind;
 use crate::kind_check::Use;
 use crate::options::LockOptions;
@@ -87,7 +87,7 @@ pub(super) fn start<'a, T, E>(
     if let Some(turn_of) = ownership::held(&inner.tag, &key) {
         return reenter_around(client, key, &options, (kind, turn_of), parent);
     }
-    let term = admit(inner, &key, &options, kind, at)?;
+    let grant = admit(inner, &key, &options, kind, at)?;
     let wait = options.wait_or(inner.wait).min(LockOptions::LONGEST);
     // Chosen here, in the caller's task: a connection of the caller's
     // runtime if it has one.
@@ -95,7 +95,7 @@ pub(super) fn start<'a, T, E>(
     let request = Request {
         key,
         parent,
-        term,
+        grant,
         wait,
         lane,
     };
@@ -105,7 +105,7 @@ pub(super) fn start<'a, T, E>(
     })))
 }
 
-/// The terms of a new acquisition of `key` of `kind`, as `options` and the
+/// The grant a new acquisition of `key` of `kind` asks for, as `options` and the
 /// client's defaults set them; or why the client takes no such lock now:
 /// it is shut down, the call is invalid, or the kind check refuses it.
 pub(super) fn admit(
@@ -114,7 +114,7 @@ pub(super) fn admit(
     options: &LockOptions,
     kind: Kind,
     at: &'static Location<'static>,
-) -> Result<Term, LockError> {
+) -> Result<Grant, LockError> {
     if inner.tag.life.is_closed() {
         return Err(LockError::ShutDown { key: key.into() });
     }
@@ -140,7 +140,7 @@ pub(super) fn admit(
         let label = options.label_name();
         check.note(key, Use { kind, at, label })?;
     }
-    Ok(Term {
+    Ok(Grant {
         lease,
         drift: lease.mul_f64(inner.drift_factor) + Duration::from_millis(2),
         renew: options.renews(),

@@ -19,7 +19,7 @@ use super::outcome::Outcome;
 use super::phase::{admit, call_span, wait_turn};
 use crate::client::{ClientRef, LockClient};
 use crate::error::{KindFoundBy, LockError};
-use crate::held::{Frame, HeldLock, Loss, Term};
+use crate::held::{Frame, Grant, HeldLock, Loss};
 use crate::kind::{Claim, Kind};
 use crate::options::LockOptions;
 use crate::ownership;
@@ -98,7 +98,7 @@ async fn enter(
     };
     let kind = kind_of(options).map_err(|message| invalid(first, message))?;
     let wait = options.wait_or(inner.wait).min(LockOptions::LONGEST);
-    let mut terms = Vec::with_capacity(keys.len());
+    let mut grants = Vec::with_capacity(keys.len());
     let mut to_take = Vec::with_capacity(keys.len());
     for key in &keys {
         if let Some(frame) = ownership::held(&inner.tag, key) {
@@ -106,12 +106,12 @@ async fn enter(
             let top = chain.top().expect("a held lock is in a chain");
             chain.push(reenter(client, key, frame, top, wait).await?);
         } else {
-            terms.push(admit(inner, key, options, kind, at)?);
+            grants.push(admit(inner, key, options, kind, at)?);
             to_take.push(key.clone());
         }
     }
-    if let Some(term) = terms.first().copied() {
-        take_keys(client, &to_take, term, wait, chain).await?;
+    if let Some(grant) = grants.first().copied() {
+        take_keys(client, &to_take, grant, wait, chain).await?;
     } else {
         telemetry::reentered(options.label_name().unwrap_or(UNLABELLED));
     }
@@ -119,12 +119,12 @@ async fn enter(
 }
 
 /// Takes `keys` (none held around the call) for new acquisitions of
-/// `term`, all or nothing, and puts their holds in `chain`: the last key
+/// `grant`, all or nothing, and puts their holds in `chain`: the last key
 /// outermost.
 async fn take_keys(
     client: &LockClient,
     keys: &[String],
-    term: Term,
+    grant: Grant,
     wait: std::time::Duration,
     chain: &mut Chain<'_>,
 ) -> Result<(), LockError> {
@@ -137,22 +137,22 @@ async fn take_keys(
         keys,
         ids: &ids,
         claim: Claim {
-            kind: term.kind,
-            lease: term.lease,
-            waiter_lease: term.waiter_lease,
+            kind: grant.kind,
+            lease: grant.lease,
+            waiter_lease: grant.waiter_lease,
             others_wait: false,
             // Several keys take no hold_at_least (refused before).
             timed: false,
         },
-        label: term.label,
+        label: grant.label,
     };
     let granted = set.take(wait).await?;
     let prefix = inner.prefix.len();
     for i in (0..keys.len()).rev() {
         let parent = (inner.tag.clone(), chain.top());
         let key = (keys[i].clone(), prefix);
-        let grant = (granted.tokens[i], None);
-        let held = HeldLock::new(ids[i], parent, key, term, grant, granted.sent);
+        let given = (granted.tokens[i], None);
+        let held = HeldLock::new(ids[i], parent, key, grant, given, granted.sent);
         chain.take(held);
     }
     if inner.tag.life.is_closed() {

@@ -16,6 +16,8 @@
 //! - [`safety`]: how a locked call works, the safety model (leases, loss,
 //!   fencing tokens), how it is tested, and the limits.
 //! - [`several_keys`]: several keys at once, all or nothing.
+//! - [`leader`]: leader election: one leader per key, a term with a
+//!   fencing token and a loss signal.
 //! - [`scheduled`]: jobs that run once per period across a fleet
 //!   (`hold_at_least`).
 //! - [`fencing`]: how a store checks fencing tokens, in Lua and SQL.
@@ -43,6 +45,9 @@ pub mod safety {}
 
 #[doc = include_str!("guide/several_keys.md")]
 pub mod several_keys {}
+
+#[doc = include_str!("guide/leader.md")]
+pub mod leader {}
 
 #[doc = include_str!("guide/scheduled.md")]
 pub mod scheduled {}

@@ -145,6 +145,7 @@
 //! - [`guide::observability`]: tracing and metrics.
 //! - [`guide::safety`]: how it works, the safety model, limits.
 //! - [`guide::fencing`]: how a store checks fencing tokens.
+//! - [`guide::leader`]: leader election ([`lead`]).
 //! - [`guide::performance`]: the benchmarks.
 //! - [`guide::testing`]: testing code that uses the attribute.
 #![warn(missing_docs)]
@@ -155,6 +156,7 @@ mod announce;
 mod backend;
 mod builder;
 mod client;
+mod election;
 #[cfg(feature = "embedded")]
 mod embedded;
 mod error;
@@ -205,6 +207,7 @@ pub mod __private {
 
 pub use builder::LockClientBuilder;
 pub use client::LockClient;
+pub use election::{Term, TermEnd};
 #[cfg(feature = "embedded")]
 #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
 pub use embedded::EmbeddedKeyspace;
@@ -324,4 +327,41 @@ where
     lazy::Lazy::new(move || {
         private::run_all_as::<Joined, _, _, _>(private::keys_of_text(keys), options, body, at)
     })
+}
+
+/// Campaigns for leadership of `key` on the global client (or, inside
+/// [`with_client`], the scoped one) until elected, then runs `f(term)`'s
+/// future while the term holds, and campaigns again after a loss: as
+/// [`LockClient::lead`], and lazy as [`run_locked`]: the key is copied at
+/// the call, the client picked when the future is first polled. The future
+/// is `Send` when `f`, its futures and `E` are. See [`guide::leader`].
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_runtime::LockError> {
+/// use lock_runtime::{LockClient, LockError, LockOptions};
+/// # let _ = lock_runtime::init(LockClient::in_memory());
+///
+/// lock_runtime::lead("scheduler", LockOptions::new(), |term| async move {
+///     // The leader's work, until it returns or the term is lost.
+///     let _token = term.token();
+///     Ok::<_, LockError>(())
+/// })
+/// .await?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// # Errors
+/// As [`LockClient::lead`], and [`LockError::NotInitialized`] when polled
+/// outside any [`with_client`] scope before [`init`].
+#[track_caller]
+pub fn lead<E, F, Fut>(key: &str, options: LockOptions, f: F) -> impl Future<Output = Result<(), E>>
+where
+    F: FnMut(Term) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: From<LockError>,
+{
+    let key = private::key_text(key);
+    election::lead_in_use(key, options, f, std::panic::Location::caller())
 }

@@ -26,6 +26,7 @@
 //! | `distributed_lock_wait_seconds` | histogram | `lock` | seconds from a call's start to taking its lock (taken locks only) |
 //! | `distributed_lock_held_seconds` | histogram | `lock` | seconds a lock was held, from its acquire request to its release or loss |
 //! | `distributed_lock_held` | gauge | `lock` | locks this process holds now |
+//! | `distributed_lock_leader` | gauge | `lock` | terms this process leads now ([`lead`](crate::lead)): 1 while it is the leader of a key, 0 otherwise |
 //!
 //! Useful sums: attempts per acquisition (contention), `timeouts / (acquisitions + timeouts)`,
 //! and any non-zero `losses` or `renewal_failures` (look at those).
@@ -67,6 +68,9 @@ pub const WAIT_SECONDS: &str = "distributed_lock_wait_seconds";
 pub const HELD_SECONDS: &str = "distributed_lock_held_seconds";
 /// `distributed_lock_held`: locks held now.
 pub const HELD: &str = "distributed_lock_held";
+
+/// `distributed_lock_leader`: terms of leadership held now.
+pub const LEADER: &str = "distributed_lock_leader";
 
 /// The label naming the kind of lock: the call's label.
 pub const LOCK: &str = "lock";
@@ -118,4 +122,9 @@ pub fn describe() {
     );
     describe_histogram!(HELD_SECONDS, Unit::Seconds, "Time a lock was held");
     describe_gauge!(HELD, Unit::Count, "Locks this process holds now");
+    describe_gauge!(
+        LEADER,
+        Unit::Count,
+        "Terms of leadership this process holds now (1 while it leads a key)"
+    );
 }

@@ -161,3 +161,27 @@ impl fmt::Display for Keys<'_> {
         Ok(())
     }
 }
+
+/// The span of one term of a leader (see [`crate::lead`]), a child of its
+/// locked call's span: the term's token.
+pub(crate) fn term_span(token: u64) -> Span {
+    tracing::debug_span!("lead_term", token)
+}
+
+/// A campaign won a term with `token`: this process leads.
+pub(crate) fn elected(label: &'static str, token: u64) {
+    tracing::debug!(token, "elected leader");
+    record::leading(label, true);
+}
+
+/// The term with `token` ended, with `end`.
+pub(crate) fn term_ended(label: &'static str, token: u64, end: &dyn fmt::Debug) {
+    tracing::debug!(token, end = ?end, "term ended");
+    record::leading(label, false);
+}
+
+/// A campaign failed with `error` (the backend failed or answered too
+/// few); it is tried again after `retry_in`.
+pub(crate) fn campaign_failed(error: &LockError, retry_in: Duration) {
+    tracing::warn!(%error, retry_in = ?retry_in, "leader election: campaign failed; retrying");
+}

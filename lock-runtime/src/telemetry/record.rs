@@ -12,8 +12,8 @@ use tokio::time::Instant;
 use crate::error::LossReason;
 #[cfg(feature = "metrics")]
 use crate::metrics::{
-    ACQUIRE_ERRORS, ACQUISITIONS, ATTEMPTS, BACKGROUND_RELEASES, HELD, HELD_SECONDS, LOCK, LOSSES,
-    REASON, REENTRIES, RENEWAL_FAILURES, TIMEOUTS, WAIT_SECONDS,
+    ACQUIRE_ERRORS, ACQUISITIONS, ATTEMPTS, BACKGROUND_RELEASES, HELD, HELD_SECONDS, LEADER, LOCK,
+    LOSSES, REASON, REENTRIES, RENEWAL_FAILURES, TIMEOUTS, WAIT_SECONDS,
 };
 
 pub(super) fn reentered(label: &'static str) {
@@ -89,4 +89,16 @@ pub(super) fn background_release(label: &'static str) {
 pub(super) fn renewal_failed(label: &'static str) {
     #[cfg(feature = "metrics")]
     ::metrics::counter!(RENEWAL_FAILURES, LOCK => label).increment(1);
+}
+
+pub(super) fn leading(label: &'static str, elected: bool) {
+    #[cfg(feature = "metrics")]
+    {
+        let gauge = ::metrics::gauge!(LEADER, LOCK => label);
+        if elected {
+            gauge.increment(1.0);
+        } else {
+            gauge.decrement(1.0);
+        }
+    }
 }

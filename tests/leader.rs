@@ -1,0 +1,372 @@
+//! Leader election (`lead`), on Redis and the embedded backend: a resigning
+//! leader hands over to a campaigner woken by the release; tokens grow term
+//! by term; a lost term signals its loss, its future is dropped and the
+//! leader's function is called again with a newer term; the future's error
+//! and the client's shutdown end `lead`; options a leader cannot take are
+//! refused; the future is `Send`.
+mod support;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_runtime::{
+    fencing_token, LockClient, LockError, LockMode, LockOptions, LossReason, Term, TermEnd,
+};
+use support::{eventually, Env};
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::time::{timeout, Instant};
+
+/// Long enough for any step on a busy machine; reached only on a failure.
+const LIMIT: Duration = Duration::from_secs(20);
+
+/// The future is `Send` when its inputs are.
+fn assert_send<F: Future + Send>(future: F) -> F {
+    future
+}
+
+/// An error of the leader's own, beside the lock's.
+#[derive(Debug)]
+enum AppError {
+    Lock(LockError),
+    Stopped,
+}
+
+impl From<LockError> for AppError {
+    fn from(error: LockError) -> Self {
+        AppError::Lock(error)
+    }
+}
+
+/// Whether the term's future `ended` is ready at its first poll.
+async fn at_once<F: Future>(ended: F) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        output = ended => Some(output),
+        () = std::future::ready(()) => None,
+    }
+}
+
+/// Waits until another owner waits for the lock `key` (full key): on Redis
+/// until the holder's lock is marked waited-for and the waiter's client has
+/// subscribed to its release channel, so that the release wakes it; the
+/// embedded backend shows no waiter, so there the campaigner is given a
+/// moment to line up (the bound below is met either way, but only a
+/// campaigner that waited shows the wake-up).
+async fn campaigner_waits(env: &Env, key: &str) {
+    let Some(server) = &env.server else {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        return;
+    };
+    let waited = eventually(LIMIT, || {
+        let marked = server
+            .lock_value(key)
+            .is_some_and(|(_, state, _)| state == "w");
+        let (_, subscribers): (String, u64) = redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(key)
+            .query(&mut server.connection())
+            .map(|mut pairs: Vec<(String, u64)>| pairs.pop().unwrap_or_default())
+            .expect("PUBSUB NUMSUB");
+        marked && subscribers > 0
+    })
+    .await;
+    assert!(waited, "the campaigner never waited for {key}");
+}
+
+/// A leader on `client` for `key` that reports each term on `terms` and
+/// resigns when `resign` is notified.
+fn leader(
+    client: LockClient,
+    key: &'static str,
+    terms: mpsc::UnboundedSender<(Term, Instant)>,
+    resign: Arc<Notify>,
+) -> tokio::task::JoinHandle<Result<(), LockError>> {
+    tokio::spawn(async move {
+        client
+            .lead(key, LockOptions::new(), |term| {
+                let (terms, resign) = (terms.clone(), resign.clone());
+                async move {
+                    terms.send((term, Instant::now())).expect("the test listens");
+                    resign.notified().await;
+                    Ok(())
+                }
+            })
+            .await
+    })
+}
+
+on_both_backends! {
+    /// A leader that returns `Ok` ends its term and `lead` returns `Ok`; a
+    /// second client campaigning meanwhile leads within 500 ms of the
+    /// resignation (woken by the release, the lease being 30 s), with a
+    /// greater token; the key is free once the second resigns too.
+    async fn a_campaigner_leads_within_500_ms_of_a_resignation(env: Env) {
+        let (terms, mut elected) = mpsc::unbounded_channel();
+        let (resign_a, resign_b) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let a = leader(env.client.clone(), "scheduler", terms.clone(), resign_a.clone());
+        let (first, _) = timeout(LIMIT, elected.recv()).await.expect("a leads").expect("a term");
+        let b = leader(env.other_client().await, "scheduler", terms, resign_b.clone());
+        campaigner_waits(&env, "lock:scheduler").await;
+        assert!(!b.is_finished());
+        let resigned = Instant::now();
+        resign_a.notify_one();
+        let (second, at) = timeout(LIMIT, elected.recv()).await.expect("b leads").expect("b term");
+        let handover = at.duration_since(resigned);
+        assert!(handover < Duration::from_millis(500), "handed over in {handover:?}");
+        assert!(second.token() > first.token(), "{} then {}", first.token(), second.token());
+        timeout(LIMIT, a).await.expect("a returns").expect("a task").expect("a resigned");
+        assert_eq!(at_once(first.ended()).await, Some(TermEnd::Returned));
+        assert_eq!(second.end(), None);
+        resign_b.notify_one();
+        timeout(LIMIT, b).await.expect("b returns").expect("b task").expect("b resigned");
+        assert_eq!(second.end(), Some(TermEnd::Returned));
+        assert!(!env.is_locked("lock:scheduler").await);
+    }
+}
+
+on_both_backends! {
+    /// Inside the leader's future the fencing token is the term's, a locked
+    /// call on the key re-enters the term's hold (with no wait), and the
+    /// key is seen held, with the term's token, by another client.
+    async fn inside_a_term_the_token_is_the_term_s_and_the_key_re_enters(env: Env) {
+        let other = env.other_client().await;
+        let client = env.client.clone();
+        env.client
+            .lead("reentry", LockOptions::new(), |term| {
+                let (client, other) = (client.clone(), other.clone());
+                async move {
+                    assert_eq!(fencing_token(), Some(term.token()));
+                    let inner = LockOptions::new().wait(Duration::ZERO);
+                    let token = client
+                        .run_locked("reentry", inner, async { Ok::<_, LockError>(fencing_token()) })
+                        .await?;
+                    assert_eq!(token, Some(term.token()));
+                    let info = other.inspect("reentry").await?;
+                    assert!(info.is_held());
+                    assert_eq!(info.fencing_token, Some(term.token()));
+                    Ok::<_, LockError>(())
+                }
+            })
+            .await
+            .expect("the term ran");
+    }
+}
+
+on_both_backends! {
+    /// A term lost to `force_unlock` from another client: `lost()` and
+    /// `ended()` complete with the loss (at once when asked again), the
+    /// term's future is dropped before the leader's function is called
+    /// again, and the next term has a greater token.
+    async fn a_lost_term_signals_and_the_next_term_has_a_greater_token(
+        env: Env = LockClient::builder().default_lease(Duration::from_millis(1500))
+    ) {
+        let (terms, mut elected) = mpsc::unbounded_channel();
+        let dropped = Arc::new(AtomicBool::new(false));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let client = env.client.clone();
+        let leading = {
+            let (dropped, calls) = (dropped.clone(), calls.clone());
+            tokio::spawn(async move {
+                client
+                    .lead("lost", LockOptions::new(), move |term| {
+                        let n = calls.fetch_add(1, Ordering::SeqCst);
+                        let was_dropped = dropped.load(Ordering::SeqCst);
+                        let guard = SetOnDrop(dropped.clone());
+                        terms.send((term, was_dropped)).expect("the test listens");
+                        async move {
+                            let _guard = guard;
+                            if n == 0 {
+                                std::future::pending::<()>().await;
+                            }
+                            Ok::<_, LockError>(())
+                        }
+                    })
+                    .await
+            })
+        };
+        let (first, _) = timeout(LIMIT, elected.recv()).await.expect("elected").expect("term");
+        let lost = tokio::spawn({
+            let first = first.clone();
+            async move { first.lost().await }
+        });
+        let ended = tokio::spawn({
+            let first = first.clone();
+            async move { first.ended().await }
+        });
+        let forced = env.other_client().await.force_unlock("lost").await.expect("force_unlock");
+        assert!(forced, "the term's lock was held");
+        let reason = timeout(LIMIT, lost).await.expect("lost() completed").expect("task");
+        assert_eq!(reason, LossReason::Taken);
+        let end = timeout(LIMIT, ended).await.expect("ended() completed").expect("task");
+        assert_eq!(end, TermEnd::Lost(LossReason::Taken));
+        assert_eq!(at_once(first.lost()).await, Some(LossReason::Taken));
+        let (second, first_dropped) =
+            timeout(LIMIT, elected.recv()).await.expect("elected again").expect("term");
+        assert!(first_dropped, "f was called again before the lost term's future was dropped");
+        assert!(second.token() > first.token(), "{} then {}", first.token(), second.token());
+        timeout(LIMIT, leading).await.expect("returns").expect("task").expect("resigned");
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(second.end(), Some(TermEnd::Returned));
+        assert_eq!(at_once(second.lost()).await, None);
+    }
+}
+
+/// Sets its flag when dropped.
+struct SetOnDrop(Arc<AtomicBool>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+on_both_backends! {
+    /// A leader whose lease runs out unrenewed loses its term by the clock:
+    /// `lost()` says it expired, and the next term has a greater token.
+    async fn a_term_whose_lease_runs_out_is_lost_and_the_next_is_newer(env: Env) {
+        let options = LockOptions::new().lease(Duration::from_millis(300)).renew(false);
+        let (terms, mut elected) = mpsc::unbounded_channel();
+        let client = env.client.clone();
+        let leading = tokio::spawn(async move {
+            let mut n = 0;
+            client
+                .lead("expiring", options, move |term| {
+                    n += 1;
+                    terms.send(term).expect("the test listens");
+                    let last = n;
+                    async move {
+                        if last == 1 {
+                            std::future::pending::<()>().await;
+                        }
+                        Ok::<_, LockError>(())
+                    }
+                })
+                .await
+        });
+        let first = timeout(LIMIT, elected.recv()).await.expect("elected").expect("term");
+        let reason = timeout(LIMIT, first.lost()).await.expect("lost");
+        assert_eq!(reason, LossReason::Expired);
+        let second = timeout(LIMIT, elected.recv()).await.expect("again").expect("term");
+        assert!(second.token() > first.token());
+        timeout(LIMIT, leading).await.expect("returns").expect("task").expect("resigned");
+    }
+}
+
+on_both_backends! {
+    /// The future's error ends `lead` with it, and the key is released.
+    async fn the_future_s_error_is_returned_and_the_key_released(env: Env) {
+        let (kept, mut term) = oneshot::channel();
+        let mut kept = Some(kept);
+        let result = env
+            .client
+            .lead("failing", LockOptions::new(), |term| {
+                let _ = kept.take().map(|kept| kept.send(term));
+                async { Err::<(), _>(AppError::Stopped) }
+            })
+            .await;
+        assert!(matches!(result, Err(AppError::Stopped)), "{result:?}");
+        let term = term.try_recv().expect("the term was given");
+        assert_eq!(term.end(), Some(TermEnd::Returned));
+        assert!(!env.is_locked("lock:failing").await);
+    }
+}
+
+on_both_backends! {
+    /// At shutdown a running term is stopped at the deadline and `lead`
+    /// returns `ShutDown`; the term ended with `ShutDown`. A `lead` on a
+    /// shut-down client returns `ShutDown` at once.
+    async fn shutdown_ends_lead_with_shut_down(env: Env) {
+        let (terms, mut elected) = mpsc::unbounded_channel();
+        let client = env.client.clone();
+        let leading = tokio::spawn(async move {
+            client
+                .lead("stopping", LockOptions::new(), |term| {
+                    terms.send(term).expect("the test listens");
+                    async {
+                        std::future::pending::<()>().await;
+                        Ok::<_, AppError>(())
+                    }
+                })
+                .await
+        });
+        let term = timeout(LIMIT, elected.recv()).await.expect("elected").expect("term");
+        env.client.shutdown(Duration::from_millis(100)).await;
+        let result = timeout(LIMIT, leading).await.expect("returns").expect("task");
+        assert!(
+            matches!(result, Err(AppError::Lock(LockError::ShutDown { .. }))),
+            "{result:?}"
+        );
+        assert_eq!(term.end(), Some(TermEnd::ShutDown));
+        let again = env
+            .client
+            .lead("stopping", LockOptions::new(), |_| async { Ok::<_, LockError>(()) })
+            .await;
+        assert!(matches!(again, Err(LockError::ShutDown { .. })), "{again:?}");
+    }
+}
+
+on_both_backends! {
+    /// `permits`, `fair` and `mode = read`, and a call inside a body that
+    /// holds the key, are refused before campaigning; `f` is never called.
+    async fn options_a_leader_cannot_take_are_invalid(env: Env) {
+        let refused = [
+            LockOptions::new().permits(2),
+            LockOptions::new().fair(true),
+            LockOptions::new().mode(LockMode::Read),
+        ];
+        for options in refused {
+            let result = env
+                .client
+                .lead("invalid", options, |_| async { panic!("f was called") })
+                .await;
+            let Err(LockError::Invalid { key, message, .. }) = result else {
+                panic!("{options:?}: {result:?}");
+            };
+            assert_eq!(key, "lock:invalid");
+            assert!(message.contains("permits, fair and mode = read"), "{message}");
+        }
+        let nested = env
+            .client
+            .run_locked("invalid", LockOptions::new(), async {
+                env.client
+                    .lead("invalid", LockOptions::new(), |_| async { panic!("f was called") })
+                    .await
+            })
+            .await;
+        assert!(matches!(nested, Err(LockError::Invalid { .. })), "{nested:?}");
+    }
+}
+
+/// `lock_runtime::lead` picks its client at the first poll: made outside a
+/// scope, polled inside it, it leads on the scoped client.
+#[tokio::test]
+async fn the_free_function_picks_its_client_at_the_first_poll() {
+    let client = LockClient::in_memory();
+    let call = lock_runtime::lead("lazy", LockOptions::new(), |term| async move {
+        assert!(term.token() > 0);
+        Ok::<_, LockError>(())
+    });
+    lock_runtime::with_client(client, call).await.expect("led");
+    let unscoped = lock_runtime::lead("lazy", LockOptions::new(), |_| async {
+        Ok::<_, LockError>(())
+    });
+    // This binary never calls `init`.
+    let result = unscoped.await;
+    assert!(matches!(result, Err(LockError::NotInitialized)), "{result:?}");
+}
+
+/// Both forms of `lead` give a `Send` future when their inputs are `Send`.
+#[test]
+fn lead_is_send() {
+    let client = LockClient::in_memory();
+    let on_client = assert_send(client.lead("send", LockOptions::new(), |term| async move {
+        let _ = term.token();
+        Ok::<_, LockError>(())
+    }));
+    let free = assert_send(lock_runtime::lead("send", LockOptions::new(), |_| async {
+        Ok::<_, LockError>(())
+    }));
+    drop((on_client, free));
+}

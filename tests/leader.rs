@@ -88,7 +88,9 @@ fn leader(
             .lead(key, LockOptions::new(), |term| {
                 let (terms, resign) = (terms.clone(), resign.clone());
                 async move {
-                    terms.send((term, Instant::now())).expect("the test listens");
+                    terms
+                        .send((term, Instant::now()))
+                        .expect("the test listens");
                     resign.notified().await;
                     Ok(())
                 }
@@ -354,7 +356,10 @@ async fn the_free_function_picks_its_client_at_the_first_poll() {
     });
     // This binary never calls `init`.
     let result = unscoped.await;
-    assert!(matches!(result, Err(LockError::NotInitialized)), "{result:?}");
+    assert!(
+        matches!(result, Err(LockError::NotInitialized)),
+        "{result:?}"
+    );
 }
 
 /// Both forms of `lead` give a `Send` future when their inputs are `Send`.
@@ -369,4 +374,100 @@ fn lead_is_send() {
         Ok::<_, LockError>(())
     }));
     drop((on_client, free));
+}
+
+/// Counts, on the thread it is the default on, the campaigns that failed
+/// (their `warn` event) and the `lead_term` spans.
+#[derive(Clone, Default)]
+struct Campaigns {
+    failed: Arc<AtomicUsize>,
+    terms: Arc<AtomicUsize>,
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Campaigns {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _: &tracing::span::Id,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if attrs.metadata().name() == "lead_term" {
+            self.terms.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        struct Message(bool);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+                if field.name() == "message" {
+                    self.0 |= format!("{value:?}").contains("campaign failed; retrying");
+                }
+            }
+        }
+        let mut message = Message(false);
+        event.record(&mut message);
+        if message.0 && *event.metadata().level() == tracing::Level::WARN {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Redis stops during a term: the term is lost when its lease runs out
+/// unrenewed, the campaigns that fail meanwhile are traced and retried, not
+/// returned, and once Redis is back a new term is elected. Each term has a
+/// `lead_term` span. One thread, so that the subscriber sees every event.
+#[tokio::test(flavor = "current_thread")]
+async fn backend_errors_while_campaigning_are_retried_not_returned() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let campaigns = Campaigns::default();
+    let subscriber = tracing_subscriber::registry().with(campaigns.clone());
+    let _default = tracing::subscriber::set_default(subscriber);
+    let mut server = support::RedisServer::start();
+    let client = LockClient::builder()
+        .connect_timeout(Duration::from_millis(300))
+        .command_timeout(Duration::from_millis(300))
+        .default_lease(Duration::from_millis(900))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let (terms, mut elected) = mpsc::unbounded_channel();
+    let leading = tokio::spawn(async move {
+        let mut n = 0;
+        client
+            .lead("outage", LockOptions::new(), move |term| {
+                n += 1;
+                terms.send(term).expect("the test listens");
+                let first = n == 1;
+                async move {
+                    if first {
+                        std::future::pending::<()>().await;
+                    }
+                    Ok::<_, LockError>(())
+                }
+            })
+            .await
+    });
+    let first = timeout(LIMIT, elected.recv())
+        .await
+        .expect("elected")
+        .expect("term");
+    server.stop();
+    timeout(LIMIT, first.lost())
+        .await
+        .expect("the term was lost");
+    let failed = eventually(LIMIT, || campaigns.failed.load(Ordering::SeqCst) >= 2).await;
+    assert!(failed, "no campaign failed while Redis was down");
+    assert!(!leading.is_finished(), "lead returned while Redis was down");
+    server.restart();
+    timeout(LIMIT, elected.recv())
+        .await
+        .expect("elected again")
+        .expect("term");
+    timeout(LIMIT, leading)
+        .await
+        .expect("returns")
+        .expect("task")
+        .expect("resigned");
+    assert_eq!(campaigns.terms.load(Ordering::SeqCst), 2);
 }

@@ -471,3 +471,37 @@ async fn backend_errors_while_campaigning_are_retried_not_returned() {
         .expect("resigned");
     assert_eq!(campaigns.terms.load(Ordering::SeqCst), 2);
 }
+
+/// The gauge `distributed_lock_leader`, labelled by the call's label, is 1
+/// while a term runs and 0 once it ended. The only test here that installs
+/// a recorder (it is process-wide); its label is its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_gauge_is_one_while_a_term_runs() {
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .expect("the only recorder of this binary");
+    let series = r#"distributed_lock_leader{lock="leader:<name>"} "#;
+    let gauge = || {
+        let page = metrics.render();
+        let value = page
+            .lines()
+            .find_map(|line| line.strip_prefix(series)?.parse().ok());
+        value.unwrap_or(0.0_f64)
+    };
+    let client = LockClient::in_memory();
+    let options = LockOptions::new().label("leader:<name>");
+    for _ in 0..2 {
+        client
+            .lead("gauge:1", options, |_| async {
+                assert_eq!(gauge(), 1.0);
+                Ok::<_, LockError>(())
+            })
+            .await
+            .expect("led");
+        assert_eq!(gauge(), 0.0);
+    }
+    assert!(
+        !metrics.render().contains("gauge:1"),
+        "the rendered key is a label"
+    );
+}

@@ -310,6 +310,37 @@ on_both_backends! {
 }
 
 on_both_backends! {
+    /// A leader that watches its term steps down at shutdown: the term ends
+    /// with `ShutDown` when the shutdown starts, the leader returns, the
+    /// shutdown finishes long before its deadline, and `lead` returns
+    /// `ShutDown`; the key is free.
+    async fn a_leader_steps_down_when_the_shutdown_starts(env: Env) {
+        let (terms, mut elected) = mpsc::unbounded_channel();
+        let client = env.client.clone();
+        let leading = tokio::spawn(async move {
+            client
+                .lead("stepping-down", LockOptions::new(), |term| {
+                    terms.send(term.clone()).expect("the test listens");
+                    async move {
+                        assert_eq!(term.ended().await, TermEnd::ShutDown);
+                        Ok::<_, LockError>(())
+                    }
+                })
+                .await
+        });
+        let term = timeout(LIMIT, elected.recv()).await.expect("elected").expect("term");
+        let deadline = Duration::from_secs(60);
+        timeout(LIMIT, env.client.shutdown(deadline)).await.expect("shut down before its deadline");
+        let result = timeout(LIMIT, leading).await.expect("returns").expect("task");
+        assert!(matches!(result, Err(LockError::ShutDown { .. })), "{result:?}");
+        assert_eq!(term.end(), Some(TermEnd::ShutDown));
+        if let Some(server) = &env.server {
+            assert!(server.owners("lock:stepping-down").is_empty());
+        }
+    }
+}
+
+on_both_backends! {
     /// `permits`, `fair` and `mode = read`, and a call inside a body that
     /// holds the key, are refused before campaigning; `f` is never called.
     async fn options_a_leader_cannot_take_are_invalid(env: Env) {

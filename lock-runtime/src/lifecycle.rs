@@ -20,12 +20,25 @@ pub(crate) struct Lifecycle {
     live: AtomicUsize,
     /// Woken when the last live hold ends.
     idle: Notify,
+    /// Woken when the client is shut down.
+    closing: Notify,
 }
 
 impl Lifecycle {
     /// From now on the client takes no new locks.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
+        self.closing.notify_waiters();
+    }
+
+    /// Completes once the client is shut down (at once if it is).
+    pub(crate) async fn closed(&self) {
+        let closing = self.closing.notified();
+        tokio::pin!(closing);
+        closing.as_mut().enable();
+        if !self.is_closed() {
+            closing.await;
+        }
     }
 
     /// Whether the client takes no new locks.

@@ -10,6 +10,7 @@ pub use term::{Term, TermEnd};
 use std::convert::Infallible;
 use std::future::Future;
 use std::panic::Location;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -53,10 +54,12 @@ impl LockClient {
     ///   returns what the future returned. If the release finds that the
     ///   lock was lost meanwhile, the term ends with [`TermEnd::Lost`], and
     ///   `lead` still returns the future's result.
-    /// - The client is shut down ([`shutdown`](LockClient::shutdown)):
-    ///   `lead` returns [`LockError::ShutDown`], once the term's future
-    ///   has returned or the shutdown's deadline stopped it
-    ///   ([`TermEnd::ShutDown`]).
+    /// - The client is shut down ([`shutdown`](LockClient::shutdown)): the
+    ///   term ends at once ([`TermEnd::ShutDown`]: [`Term::ended`]
+    ///   completes), while its future runs on until it returns or the
+    ///   shutdown's deadline stops it; then `lead` returns
+    ///   [`LockError::ShutDown`] (or the future's `Err(e)`, if it returned
+    ///   one). A campaign ends with `ShutDown` at once.
     ///
     /// The options' `lease`, `renew` and `label` apply to every term;
     /// `wait` does not: `lead` campaigns until it is elected. A backend
@@ -190,7 +193,7 @@ where
         if term.is_some() {
             backoff = FIRST_BACKOFF;
         }
-        match after_term(outcome, term, result) {
+        match after_term(&key, outcome, term, result) {
             Next::Return(result) => return result,
             Next::Again => {}
             Next::Retry(error) => {
@@ -213,10 +216,27 @@ where
     // A locked body is polled in its own frame, always.
     let frame = ownership::innermost().expect("a locked body runs in its hold");
     let term = Term::new(frame.held());
+    let client = frame.held().client.clone();
     drop(frame);
     let span = telemetry::term_span(term.token());
     slot.term = Some(term.clone());
-    let result = f(term).instrument(span).await;
+    let work = f(term.clone()).instrument(span);
+    // At shutdown the term ends (its signals fire) while the future runs
+    // on, until it returns or the shutdown's deadline stops it.
+    let shutdown = async {
+        client.life.closed().await;
+        term.finish(TermEnd::ShutDown);
+        std::future::pending::<()>().await;
+    };
+    tokio::pin!(work, shutdown);
+    let result = std::future::poll_fn(|cx| {
+        if let Poll::Ready(result) = work.as_mut().poll(cx) {
+            return Poll::Ready(result);
+        }
+        let _ = shutdown.as_mut().poll(cx);
+        Poll::Pending
+    })
+    .await;
     slot.result = Some(result);
     Ok(())
 }
@@ -225,6 +245,7 @@ where
 /// `term` (`None`: it was not elected) and, if its future returned, gave
 /// `result`. Ends the term.
 fn after_term<E: From<LockError>>(
+    key: &str,
     outcome: Result<Result<(), Infallible>, LockError>,
     term: Option<Term>,
     result: Option<Result<(), E>>,
@@ -241,7 +262,12 @@ fn after_term<E: From<LockError>>(
                 Err(LockError::Lost { reason, .. }) => TermEnd::Lost(reason),
                 _ => TermEnd::Returned,
             });
-            return Next::Return(result);
+            // A leader that stepped down at shutdown: `lead` says so.
+            let shut = term.as_ref().and_then(Term::end) == Some(TermEnd::ShutDown);
+            return Next::Return(match (result, shut) {
+                (Ok(()), true) => Err(E::from(LockError::ShutDown { key: key.into() })),
+                (result, _) => result,
+            });
         }
         // Not reached: the body returns only once the result is stored.
         (Ok(_), None) => return Next::Return(Ok(())),

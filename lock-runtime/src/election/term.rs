@@ -57,9 +57,10 @@ pub enum TermEnd {
     /// The leader's future returned (`Ok` or `Err`); the lock was released,
     /// and `lead` returned what it returned.
     Returned,
-    /// The client was shut down
-    /// ([`LockClient::shutdown`](crate::LockClient::shutdown)) and its
-    /// deadline stopped the term.
+    /// The client is being shut down
+    /// ([`LockClient::shutdown`](crate::LockClient::shutdown)): the term
+    /// ends when the shutdown starts, and the leader's future runs on until
+    /// it returns or the shutdown's deadline stops it.
     ShutDown,
     /// `lead`'s future was dropped while the term ran: the leader's future
     /// was dropped with it, and the lock released in the background.

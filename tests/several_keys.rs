@@ -217,8 +217,6 @@ on_both_backends! {
                 .await
         });
         assert!(panicking.await.is_err(), "the task panicked");
-        let freed = support::eventually(Duration::from_secs(10), || true).await;
-        assert!(freed);
         for key in ["c:1", "c:2", "c:3"] {
             let deadline = Instant::now() + Duration::from_secs(10);
             while held(&env.client, key).await {

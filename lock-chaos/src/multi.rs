@@ -81,14 +81,7 @@ pub fn op(rng: &mut Rng, setting: Setting) -> Op {
         top.inner = Inner::Reenter(Box::new(inner));
     }
     top.set = set;
-    let spawn = rng.chance(12);
-    top.panic = spawn && rng.chance(40);
-    let timeout_ms = rng.chance(15).then(|| rng.range(10, 1500));
-    Op {
-        step: top,
-        timeout_ms,
-        spawn,
-    }
+    plan::finish(rng, top)
 }
 
 #[cfg(test)]

@@ -264,6 +264,12 @@ pub fn op(rng: &mut Rng, distinct_siblings: bool) -> Op {
     } else {
         Inner::Nothing
     };
+    finish(rng, top)
+}
+
+/// The operation around `top`: whether it runs in a task of its own (and
+/// then may panic), and the caller's timeout around it, if any.
+pub(crate) fn finish(rng: &mut Rng, mut top: Step) -> Op {
     let spawn = rng.chance(12);
     top.panic = spawn && rng.chance(40);
     let timeout_ms = rng.chance(15).then(|| rng.range(10, 1500));
@@ -390,14 +396,7 @@ pub fn kinds_op(rng: &mut Rng, redlock: bool) -> Op {
     } else {
         Inner::Nothing
     };
-    let spawn = rng.chance(12);
-    top.panic = spawn && rng.chance(40);
-    let timeout_ms = rng.chance(15).then(|| rng.range(10, 1500));
-    Op {
-        step: top,
-        timeout_ms,
-        spawn,
-    }
+    finish(rng, top)
 }
 
 #[cfg(test)]

@@ -29,12 +29,18 @@ pub struct Figures {
 /// `tasks` callers (over `clients`, in turn), each making `rounds` calls
 /// on `keys` in an order of its own (a shuffle per call), bodies a
 /// millisecond long; then the same on the first key alone.
+/// `LOCK_SEVERAL_ROUNDS` sets the rounds for a longer run.
 pub async fn contention(
     clients: &[LockClient],
     keys: &[&str],
     tasks: usize,
     rounds: usize,
 ) -> Figures {
+    // A longer run: `LOCK_SEVERAL_ROUNDS=100`.
+    let rounds = std::env::var("LOCK_SEVERAL_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(rounds);
     let (all, timeouts, overlaps) = run(clients, keys, tasks, rounds).await;
     let (one, one_timeouts, one_overlaps) = run(clients, &keys[..1], tasks, rounds).await;
     assert_eq!((one_timeouts, one_overlaps), (0, 0), "the one-key baseline");

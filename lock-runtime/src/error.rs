@@ -181,6 +181,25 @@ pub enum LockError {
         /// What is wrong with it.
         message: &'static str,
     },
+
+    /// A fenced write was refused by the resource: a newer holder of the
+    /// lock (a larger fencing token) has written it since, so this caller
+    /// lost its lock (its lease ran out while it was paused, or the lock
+    /// was forced) and must stop writing. Nothing was written.
+    #[error(
+        "fenced write to `{resource}` refused: it was written with token {stored}, newer than \
+         this write's {given}; the lock that gave {given} was lost (a newer holder took it), \
+         so stop writing and let the newer holder's state stand"
+    )]
+    #[non_exhaustive]
+    Fenced {
+        /// The resource the write was for (as given to the write).
+        resource: String,
+        /// The highest token that wrote the resource.
+        stored: u64,
+        /// The token this write carried.
+        given: u64,
+    },
 }
 
 /// Who held a lock that a call timed out waiting for

@@ -160,6 +160,7 @@ mod election;
 #[cfg(feature = "embedded")]
 mod embedded;
 mod error;
+mod fenced_write;
 mod fencing;
 mod force_unlock;
 mod global;
@@ -215,6 +216,7 @@ pub use embedded::EmbeddedKeyspace;
 #[doc(hidden)]
 pub use embedded::{EmbeddedConnection, PublishedLog, StoredValue};
 pub use error::{FoundBy, HeldBy, KindCheckCalls, KindFoundBy, LockError, LossReason, NodeFailure};
+pub use fenced_write::{fenced, FencedWrite};
 pub use fencing::{fencing_token, fencing_token_of};
 pub use global::{client, init, with_client};
 pub use inspect::{ClientInfo, HeldInfo, LockHolder, LockInfo};

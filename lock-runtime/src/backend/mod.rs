@@ -29,6 +29,7 @@ macro_rules! on_route {
 
 pub(crate) mod admin;
 pub(crate) mod connect;
+pub(crate) mod fenced;
 mod registry;
 
 use std::time::Duration;

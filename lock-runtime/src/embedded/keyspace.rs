@@ -1,7 +1,8 @@
 //! The embedded backend's keyspace: strings and hashes with expiries, and
 //! the Redis commands the lock kinds' scripts call (GET, SET with `PX`,
 //! `EX`, `NX`, `XX` and `KEEPTTL`, DEL, TYPE, PTTL, PEXPIRE, HGET, HSET,
-//! HDEL, HGETALL, TIME, PUBLISH, SPUBLISH), answered as Redis answers them,
+//! HDEL, HGETALL, TIME, PUBLISH, SPUBLISH; INCRBY and HINCRBY for fenced
+//! writes), answered as Redis answers them,
 //! errors and `WRONGTYPE` included. A few more serve the test door (see
 //! `door.rs`): EXISTS, DBSIZE, KEYS, FLUSHALL, PING, INFO commandstats,
 //! CONFIG RESETSTAT.
@@ -156,6 +157,8 @@ impl Keyspace {
             "del" => self.del(rest),
             "pexpire" => self.pexpire(rest),
             "hget" | "hset" | "hdel" => self.hash(name, rest),
+            "incrby" => self.incrby(rest),
+            "hincrby" => self.hincrby(rest),
             "time" => Ok(self.time()),
             "publish" | "spublish" => match rest {
                 [channel, message] => {
@@ -393,6 +396,60 @@ impl Keyspace {
                 Ok(Value::Int(removed))
             }
         }
+    }
+}
+
+/// The counters a fenced write may carry.
+impl Keyspace {
+    /// INCRBY key n: the new value; an absent key counts from 0, its
+    /// expiry is kept.
+    fn incrby(&mut self, rest: &[&[u8]]) -> Reply {
+        let [key, by] = rest else {
+            return Err(arity("incrby"));
+        };
+        let by = integer(by)?;
+        let overflow = || "ERR increment or decrement would overflow".to_owned();
+        match self.live(key) {
+            None => {
+                let data = Data::Str(by.to_string().into_bytes());
+                self.entries.insert(
+                    key.to_vec(),
+                    Entry {
+                        data,
+                        expires: None,
+                    },
+                );
+                Ok(Value::Int(by))
+            }
+            Some(Entry {
+                data: Data::Str(v), ..
+            }) => {
+                let new = integer(v)?.checked_add(by).ok_or_else(overflow)?;
+                *v = new.to_string().into_bytes();
+                Ok(Value::Int(new))
+            }
+            Some(_) => Err(WRONGTYPE.into()),
+        }
+    }
+
+    /// HINCRBY key field n: the field's new value; an absent key or field
+    /// counts from 0.
+    fn hincrby(&mut self, rest: &[&[u8]]) -> Reply {
+        let [key, field, by] = rest else {
+            return Err(arity("hincrby"));
+        };
+        let by = integer(by)?;
+        let old = match self.hash("hget", &[key, field])? {
+            Value::BulkString(v) => {
+                integer(&v).map_err(|_| "ERR hash value is not an integer".to_owned())?
+            }
+            _ => 0,
+        };
+        let new = old
+            .checked_add(by)
+            .ok_or("ERR increment or decrement would overflow")?;
+        self.hash("hset", &[key, field, new.to_string().as_bytes()])?;
+        Ok(Value::Int(new))
     }
 }
 

@@ -7,6 +7,7 @@ pub(crate) mod admin;
 mod answers;
 mod calls;
 pub(crate) mod exclusive;
+pub(crate) mod fenced;
 pub(crate) mod quorum;
 pub(crate) mod quorum_several;
 pub(crate) mod scripted;

@@ -79,9 +79,13 @@ pub(crate) const SHARED_RELEASE: &str = shared!("release");
 /// Takes several locks for one call, all or nothing.
 pub(crate) const ACQUIRE_ALL: &str = several!("acquire_all");
 
+/// A write to a resource made only for a token at least the highest that
+/// wrote it (no lock is read: it stands on its own).
+pub(crate) const FENCED_WRITE: &str = include_str!("lua/fenced/write.lua");
+
 /// Every script's source by name, as the library sends it (the scripts'
 /// tests and the benchmark call them directly).
-pub(crate) const ALL: [(&str, &str); 9] = [
+pub(crate) const ALL: [(&str, &str); 10] = [
     ("acquire", ACQUIRE),
     ("release", RELEASE),
     ("renew", RENEW),
@@ -91,4 +95,5 @@ pub(crate) const ALL: [(&str, &str); 9] = [
     ("shared_acquire", SHARED_ACQUIRE),
     ("shared_release", SHARED_RELEASE),
     ("acquire_all", ACQUIRE_ALL),
+    ("fenced_write", FENCED_WRITE),
 ];

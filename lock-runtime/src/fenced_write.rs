@@ -1,0 +1,197 @@
+//! Fenced writes: commands on a resource in Redis that the resource itself
+//! refuses when a newer holder of the lock has written it, so that a holder
+//! paused past its lease (GC, SIGSTOP, a VM migration) cannot write after
+//! its lock was taken. The script and the fence key are in
+//! `docs/redis-layout.md`, "Fenced writes".
+
+use ::redis::{ToRedisArgs, Value};
+
+use crate::backend::fenced::Fenced;
+use crate::client::LockClient;
+use crate::error::LockError;
+use crate::fencing::{fencing_token, fencing_token_of};
+use crate::global;
+use crate::kind::fenced::{Command, Written};
+
+/// A write to a resource in Redis, made only if no newer holder of the
+/// lock wrote it: built by [`LockClient::fenced_write`] (or [`fenced`]),
+/// given its commands by [`cmd`](FencedWrite::cmd), sent by
+/// [`run`](FencedWrite::run).
+///
+/// The write runs as one script on the node that serves the resource: it
+/// reads the highest fencing token that wrote the resource (kept at a key
+/// of its own in the resource's hash slot), refuses a smaller token with
+/// [`LockError::Fenced`] (no command runs), else keeps the token and runs
+/// the commands in order. A holder may write many times with its own token.
+///
+/// The token is the running locked body's (or leader term's):
+/// [`fencing_token_of`] the lock named by [`lock`](FencedWrite::lock), else
+/// [`fencing_token`]; [`token`](FencedWrite::token) gives one by hand.
+///
+/// Where it runs: one node, the Sentinel master, the Cluster master of the
+/// resource's slot (every key in that slot), the embedded backend (only
+/// `SET`, `DEL`, `INCRBY`, `HSET`, `HDEL`, `HINCRBY`, `PEXPIRE`). A
+/// Redlock client refuses it with [`LockError::Invalid`]: a fenced write is
+/// not a quorum operation. `sync_replicas` is not waited for: a failover
+/// may lose a fenced write that no replica had, and with it the fence.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_runtime::LockError> {
+/// use lock_runtime::{LockClient, LockOptions};
+///
+/// let client = LockClient::in_memory();
+/// let replies = client
+///     .run_locked("account:7", LockOptions::default(), || async {
+///         client
+///             .fenced_write("account:7")
+///             .cmd("INCRBY", ["account:7"], 100)
+///             .run()
+///             .await
+///     })
+///     .await?;
+/// assert_eq!(replies, vec![lock_runtime::redis::Value::Int(100)]);
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+#[must_use = "a fenced write does nothing until run"]
+pub struct FencedWrite<'c> {
+    /// `None`: the installed client, read at `run`.
+    client: Option<&'c LockClient>,
+    resource: String,
+    lock: Option<String>,
+    token: Option<u64>,
+    commands: Vec<Command>,
+}
+
+/// A fenced write on the installed client (see [`crate::init`]); as
+/// [`LockClient::fenced_write`].
+pub fn fenced(resource: impl Into<String>) -> FencedWrite<'static> {
+    FencedWrite::new(None, resource.into())
+}
+
+impl LockClient {
+    /// A fenced write to `resource` (a name of the user's: the fence key is
+    /// made from it, see [`FencedWrite`]); add its commands with
+    /// [`cmd`](FencedWrite::cmd), then [`run`](FencedWrite::run) it inside
+    /// the locked body (or leader term) whose token it carries.
+    pub fn fenced_write(&self, resource: impl Into<String>) -> FencedWrite<'_> {
+        FencedWrite::new(Some(self), resource.into())
+    }
+}
+
+impl<'c> FencedWrite<'c> {
+    fn new(client: Option<&'c LockClient>, resource: String) -> Self {
+        FencedWrite {
+            client,
+            resource,
+            lock: None,
+            token: None,
+            commands: Vec::new(),
+        }
+    }
+
+    /// Takes the token of the lock `key` (as given to the locked call,
+    /// without the prefix) that the running body holds, rather than the
+    /// innermost lock's: for a body holding several locks.
+    pub fn lock(mut self, key: impl Into<String>) -> Self {
+        self.lock = Some(key.into());
+        self
+    }
+
+    /// Writes with `token` rather than a running body's: for a token kept
+    /// from a hold (a worker that writes for its lock's holder), or tests.
+    pub fn token(mut self, token: u64) -> Self {
+        self.token = Some(token);
+        self
+    }
+
+    /// Adds the command `name` with its `keys` (each in the resource's hash
+    /// slot on Cluster), then its other arguments `args` (as `redis`
+    /// encodes them: one value, a slice, a tuple; none: an empty `Vec`).
+    pub fn cmd<K>(mut self, name: &str, keys: K, args: impl ToRedisArgs) -> Self
+    where
+        K: IntoIterator,
+        K::Item: AsRef<str>,
+    {
+        self.commands.push(Command {
+            name: name.to_owned(),
+            keys: keys.into_iter().map(|k| k.as_ref().to_owned()).collect(),
+            args: args.to_redis_args(),
+        });
+        self
+    }
+
+    /// Sends the write: the commands' replies, in order.
+    ///
+    /// # Errors
+    /// [`LockError::Fenced`] when a newer token wrote the resource (nothing
+    /// ran: the caller lost its lock and must stop writing);
+    /// [`LockError::Invalid`] without a token (outside a locked body, no
+    /// [`token`](FencedWrite::token)), for a command without a name, keys
+    /// in more than one Cluster slot, a Redlock client, or a command the
+    /// embedded backend does not carry (named in the error's key);
+    /// [`LockError::Backend`] when Redis fails, or a command fails (those
+    /// before it stay written); [`LockError::NotInitialized`] for
+    /// [`fenced`] without an installed client.
+    pub async fn run(self) -> Result<Vec<Value>, LockError> {
+        let client = match self.client {
+            Some(client) => client,
+            None => global::client()?,
+        };
+        let invalid = |message| LockError::Invalid {
+            key: self.resource.clone(),
+            message,
+        };
+        let token = match (&self.token, &self.lock) {
+            (Some(token), _) => Some(*token),
+            (None, Some(key)) => fencing_token_of(key),
+            (None, None) => fencing_token(),
+        }
+        .ok_or_else(|| {
+            invalid(
+                "a fenced write without a token: run it inside the locked body (or leader \
+                 term) that holds the lock, or give the token with .token(t)",
+            )
+        })?;
+        if self.commands.iter().any(|c| c.name.is_empty()) {
+            return Err(invalid("a fenced write's command has no name"));
+        }
+        let inner = &client.inner;
+        let answer = inner
+            .backend
+            .fenced_write(&self.resource, token, &self.commands)
+            .await
+            .map_err(|e| {
+                inner
+                    .backend
+                    .error_on_key(e, &self.resource, &inner.tag.place)
+            })?;
+        match answer {
+            Fenced::Done(Written::Ran(replies)) => Ok(replies),
+            Fenced::Done(Written::Refused { stored, given }) => Err(LockError::Fenced {
+                resource: self.resource,
+                stored,
+                given,
+            }),
+            Fenced::Done(Written::ManySlots) => Err(invalid(
+                "a fenced write's keys are in more than one Cluster hash slot: put the \
+                 resource's hash tag ({...}) in every key",
+            )),
+            Fenced::Redlock => Err(invalid(
+                "a fenced write on a Redlock client: it is not a quorum operation; write \
+                 the resource on a deployment of its own",
+            )),
+            Fenced::NotEmbedded(name) => Err(LockError::Invalid {
+                key: format!("{} (command {name})", self.resource),
+                message: NOT_EMBEDDED,
+            }),
+        }
+    }
+}
+
+/// Why the embedded backend refused a command (its list is
+/// `backend::fenced::EMBEDDED_COMMANDS`).
+const NOT_EMBEDDED: &str = "the embedded backend carries only SET, DEL, INCRBY, HSET, HDEL, \
+     HINCRBY and PEXPIRE in a fenced write; use a real Redis for other commands";

@@ -1,0 +1,116 @@
+//! Fenced writes on one route: the user's commands on a resource, run by
+//! `lua/fenced/write.lua` only for a token at least the highest that wrote
+//! the resource (see `docs/redis-layout.md`, "Fenced writes"). Not a lock
+//! operation: no lock is read or written.
+
+use std::sync::LazyLock;
+
+use ::redis::{Cmd, RedisError, Script, Value};
+
+use super::sources;
+use crate::route::{Lane, Route, ScriptCall};
+
+static WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::FENCED_WRITE));
+
+/// One of the user's commands: its name, its keys, its other arguments.
+#[derive(Debug, Clone)]
+pub(crate) struct Command {
+    pub name: String,
+    pub keys: Vec<String>,
+    pub args: Vec<Vec<u8>>,
+}
+
+/// What a fenced write came to.
+#[derive(Debug)]
+pub(crate) enum Written {
+    /// The commands ran: their replies, in order.
+    Ran(Vec<Value>),
+    /// The resource was written with a larger token: nothing ran.
+    Refused { stored: u64, given: u64 },
+    /// The keys (the fence key's included) are in more than one hash slot.
+    ManySlots,
+}
+
+/// The key that keeps the highest token that wrote `resource`, in its hash
+/// slot: `<resource>:fence` when the resource names a hash tag (`{...}`
+/// with something inside), else `{<resource>}:fence`.
+pub(crate) fn fence_key(resource: &str) -> String {
+    let tagged = resource
+        .find('{')
+        .and_then(|open| resource[open + 1..].find('}'))
+        .is_some_and(|len| len > 0);
+    if tagged {
+        format!("{resource}:fence")
+    } else {
+        format!("{{{resource}}}:fence")
+    }
+}
+
+/// Runs `commands` on `resource` with `token` on `route`.
+pub(crate) async fn write(
+    route: &impl Route,
+    resource: &str,
+    token: u64,
+    commands: &[Command],
+) -> Result<Written, RedisError> {
+    let fence = fence_key(resource);
+    let mut keys: Vec<&str> = vec![&fence];
+    keys.extend(
+        commands
+            .iter()
+            .flat_map(|c| c.keys.iter().map(String::as_str)),
+    );
+    if route.script_groups(&keys).len() > 1 {
+        return Ok(Written::ManySlots);
+    }
+    let mut cmd = Cmd::new();
+    cmd.arg("EVALSHA").arg(WRITE.get_hash()).arg(keys.len());
+    cmd.arg(&keys[..])
+        .arg(token)
+        .arg(resource)
+        .arg(commands.len());
+    for c in commands {
+        cmd.arg(&c.name).arg(c.keys.len()).arg(c.args.len());
+        for arg in &c.args {
+            cmd.arg(&arg[..]);
+        }
+    }
+    let call = ScriptCall {
+        script: &WRITE,
+        key: &fence,
+        cmd,
+        replay: None,
+    };
+    match route.run::<Vec<Value>>(&Lane::Home, &call).await {
+        Ok(replies) => Ok(Written::Ran(replies)),
+        Err(e) => refusal(&e).ok_or(e),
+    }
+}
+
+/// The refusal `LOCKFENCED <resource> <stored> <given>`, if `e` is one.
+fn refusal(e: &RedisError) -> Option<Written> {
+    if e.code() != Some("LOCKFENCED") {
+        return None;
+    }
+    let mut words = e.detail()?.rsplit(' ');
+    let given = words.next()?.parse().ok()?;
+    let stored = words.next()?.parse().ok()?;
+    Some(Written::Refused { stored, given })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fence_key;
+
+    #[test]
+    fn the_fence_key_is_in_the_resource_slot() {
+        assert_eq!(fence_key("account:7"), "{account:7}:fence");
+        assert_eq!(
+            fence_key("{account:7}:balance"),
+            "{account:7}:balance:fence"
+        );
+        // An empty tag is no tag: Redis hashes the whole name, which no
+        // other key shares (such a resource is refused on Cluster).
+        assert_eq!(fence_key("a{}b"), "{a{}b}:fence");
+    }
+}

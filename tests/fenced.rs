@@ -1,0 +1,123 @@
+//! Fenced writes (`LockClient::fenced_write`), on Redis and the embedded
+//! backend: a holder writes many times with its own token; once a newer
+//! holder wrote, an older token is refused with `LockError::Fenced` and
+//! changes nothing; a write without a token is refused; the embedded
+//! backend refuses a command outside its list.
+mod support;
+
+use lock_runtime::redis::Value;
+use lock_runtime::{fencing_token, LockClient, LockError, LockOptions};
+use support::Kind;
+
+/// `INCRBY key by` on `resource` with the running body's token, or `token`.
+async fn incr(
+    client: &LockClient,
+    resource: &str,
+    by: i64,
+    token: Option<u64>,
+) -> Result<i64, LockError> {
+    let mut write = client.fenced_write(resource).cmd("INCRBY", [resource], by);
+    if let Some(token) = token {
+        write = write.token(token);
+    }
+    match write.run().await?.as_slice() {
+        [Value::Int(n)] => Ok(*n),
+        other => panic!("INCRBY answered {other:?}"),
+    }
+}
+
+on_both_backends! {
+    async fn a_holder_writes_many_times_with_its_own_token(env: Env) {
+        let client = &env.client;
+        let replies = client
+            .run_locked("acct:1", LockOptions::new(), async {
+                for i in 1..=10 {
+                    assert_eq!(incr(client, "acct:1", 1, None).await?, i);
+                }
+                // Several commands in one write, answered in order.
+                client
+                    .fenced_write("acct:1")
+                    .cmd("HSET", ["{acct:1}:h"], ("n", 5))
+                    .cmd("HINCRBY", ["{acct:1}:h"], ("n", 2))
+                    .cmd("PEXPIRE", ["{acct:1}:h"], 60_000)
+                    .cmd("DEL", ["{acct:1}:gone"], Vec::<String>::new())
+                    .run()
+                    .await
+            })
+            .await
+            .expect("the holder's writes are accepted");
+        assert_eq!(
+            replies,
+            vec![Value::Int(1), Value::Int(7), Value::Int(1), Value::Int(0)]
+        );
+    }
+}
+
+on_both_backends! {
+    async fn an_older_token_is_refused_once_a_newer_holder_wrote(env: Env) {
+        let client = &env.client;
+        let hold = |by: i64| async move {
+            client
+                .run_locked("acct:2", LockOptions::new(), async {
+                    incr(client, "acct:2", by, None).await?;
+                    Ok::<_, LockError>(fencing_token().expect("inside the body"))
+                })
+                .await
+                .expect("a holder's write")
+        };
+        let old = hold(1).await;
+        let new = hold(10).await;
+        assert!(new > old, "tokens grow: {old} then {new}");
+
+        // The old holder, come back late, writes with its token.
+        let refused = incr(client, "acct:2", 1000, Some(old)).await;
+        match &refused {
+            Err(LockError::Fenced { resource, stored, given, .. }) => {
+                assert_eq!((resource.as_str(), *stored, *given), ("acct:2", new, old));
+            }
+            other => panic!("the stale write was not refused: {other:?}"),
+        }
+        let text = refused.unwrap_err().to_string();
+        assert!(text.contains("stop writing"), "{text}");
+        // Nothing changed: the newer holder's state stands, and its own
+        // token still writes.
+        assert_eq!(incr(client, "acct:2", 0, Some(new)).await.unwrap(), 11);
+    }
+}
+
+on_both_backends! {
+    async fn a_write_without_a_token_is_refused(env: Env) {
+        let refused = incr(&env.client, "acct:3", 1, None).await;
+        assert!(
+            matches!(&refused, Err(LockError::Invalid { key, .. }) if key == "acct:3"),
+            "{refused:?}"
+        );
+        // Nothing was written: a first write with a token finds 0.
+        assert_eq!(incr(&env.client, "acct:3", 0, Some(1)).await.unwrap(), 0);
+    }
+}
+
+on_both_backends! {
+    async fn the_embedded_backend_carries_only_its_list(env: Env) {
+        let write = env
+            .client
+            .fenced_write("list:1")
+            .token(5)
+            .cmd("INCRBY", ["list:1"], 1)
+            .cmd("LPUSH", ["list:1:log"], "x");
+        let answer = write.run().await;
+        match env.kind {
+            Kind::Memory => {
+                match &answer {
+                    Err(LockError::Invalid { key, .. }) => assert!(key.contains("LPUSH"), "{key}"),
+                    other => panic!("LPUSH was not refused: {other:?}"),
+                }
+                // Nothing ran: the counter is untouched.
+                assert_eq!(incr(&env.client, "list:1", 0, Some(5)).await.unwrap(), 0);
+            }
+            Kind::Redis => {
+                assert_eq!(answer.unwrap(), vec![Value::Int(1), Value::Int(1)]);
+            }
+        }
+    }
+}

@@ -2,7 +2,8 @@
 //! backend: a holder writes many times with its own token; once a newer
 //! holder wrote, an older token is refused with `LockError::Fenced` and
 //! changes nothing; a write without a token is refused; the embedded
-//! backend refuses a command outside its list.
+//! backend refuses a command outside its list; on Cluster, keys outside
+//! the resource's slot are refused.
 mod support;
 
 use lock_runtime::redis::Value;
@@ -120,4 +121,46 @@ on_both_backends! {
             }
         }
     }
+}
+
+/// On Cluster a fenced write runs on the master of the resource's slot;
+/// keys of another slot are refused before anything is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_cluster_the_keys_must_share_the_resource_slot() {
+    let cluster = lock_testkit::cluster::RedisCluster::start();
+    let urls = cluster.urls();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = LockClient::builder()
+        .connect_timeout(std::time::Duration::from_secs(5))
+        .cluster(&urls)
+        .await
+        .expect("cluster connect");
+    // `acct:9` and its fence key `{acct:9}:fence` share slot 9812;
+    // `acct:10` is in slot 10138.
+    let two_slots = client
+        .fenced_write("acct:9")
+        .token(7)
+        .cmd("INCRBY", ["acct:9"], 1)
+        .cmd("INCRBY", ["acct:10"], 1)
+        .run()
+        .await;
+    assert!(
+        matches!(&two_slots, Err(LockError::Invalid { key, .. }) if key == "acct:9"),
+        "{two_slots:?}"
+    );
+    // Nothing ran; the resource's own slot is written, and fenced.
+    assert_eq!(incr(&client, "acct:9", 1, Some(7)).await.unwrap(), 1);
+    let stale = incr(&client, "acct:9", 1, Some(6)).await;
+    assert!(
+        matches!(
+            stale,
+            Err(LockError::Fenced {
+                stored: 7,
+                given: 6,
+                ..
+            })
+        ),
+        "{stale:?}"
+    );
+    assert_eq!(incr(&client, "acct:9", 0, Some(7)).await.unwrap(), 1);
 }

@@ -42,7 +42,7 @@ use crate::kind::fenced::{Command, Written};
 ///
 /// let client = LockClient::in_memory();
 /// let replies = client
-///     .run_locked("account:7", LockOptions::default(), || async {
+///     .run_locked("account:7", LockOptions::default(), async {
 ///         client
 ///             .fenced_write("account:7")
 ///             .cmd("INCRBY", ["account:7"], 100)

@@ -550,7 +550,7 @@ impl Keyspace {
 mod tests {
     use redis::Value;
 
-    use super::Keyspace;
+    use super::{bulk, Keyspace, NOT_INTEGER, WRONGTYPE};
 
     fn run(ks: &mut Keyspace, line: &str) -> super::Reply {
         let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
@@ -645,5 +645,22 @@ mod tests {
         ks.set_now(20_000);
         ks.expire_due();
         assert_eq!(ks.entries.len(), 2);
+    }
+
+    #[test]
+    fn counters_answer_as_redis() {
+        let mut ks = Keyspace::default();
+        ks.set_now(1_000_000_000);
+        assert_eq!(run(&mut ks, "INCRBY c 5"), Ok(Value::Int(5)));
+        assert_eq!(run(&mut ks, "INCRBY c -7"), Ok(Value::Int(-2)));
+        assert_eq!(run(&mut ks, "GET c"), Ok(bulk(b"-2")));
+        assert_eq!(run(&mut ks, "INCRBY c x"), Err(NOT_INTEGER.into()));
+        run(&mut ks, "SET s abc").unwrap();
+        assert_eq!(run(&mut ks, "INCRBY s 1"), Err(NOT_INTEGER.into()));
+        assert_eq!(run(&mut ks, "HINCRBY h f 3"), Ok(Value::Int(3)));
+        assert_eq!(run(&mut ks, "HINCRBY h f 4"), Ok(Value::Int(7)));
+        assert_eq!(run(&mut ks, "HGET h f"), Ok(bulk(b"7")));
+        assert_eq!(run(&mut ks, "INCRBY h 1"), Err(WRONGTYPE.into()));
+        assert_eq!(run(&mut ks, "HINCRBY c f 1"), Err(WRONGTYPE.into()));
     }
 }

@@ -164,3 +164,39 @@ async fn on_cluster_the_keys_must_share_the_resource_slot() {
     );
     assert_eq!(incr(&client, "acct:9", 0, Some(7)).await.unwrap(), 1);
 }
+
+on_both_backends! {
+    async fn a_leader_writes_with_its_term_token_and_a_later_term_fences_it(env: Env) {
+        let client = env.client.clone();
+        let mut tokens = Vec::new();
+        for _ in 0..2 {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let tx = std::sync::Mutex::new(Some(tx));
+            client
+                .lead("leader:1", LockOptions::new(), |term| {
+                    let (client, tx) = (client.clone(), tx.lock().unwrap().take());
+                    async move {
+                        // The term's token, taken from the term itself.
+                        let n = incr(&client, "leader:1", 1, None).await?;
+                        if let Some(tx) = tx {
+                            let _ = tx.send((term.token(), n));
+                        }
+                        Ok::<_, LockError>(())
+                    }
+                })
+                .await
+                .expect("a term");
+            tokens.push(rx.await.expect("the term wrote"));
+        }
+        let [(first, n1), (second, n2)] = tokens[..] else {
+            unreachable!()
+        };
+        assert!((second > first) && (n1, n2) == (1, 2), "{tokens:?}");
+        // The first term's token, late, is refused.
+        let stale = incr(&client, "leader:1", 1, Some(first)).await;
+        assert!(
+            matches!(stale, Err(LockError::Fenced { stored, given, .. }) if stored == second && given == first),
+            "{stale:?}"
+        );
+    }
+}

@@ -200,3 +200,26 @@ on_both_backends! {
         );
     }
 }
+
+/// A Redlock client refuses a fenced write: it is not a quorum operation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_client_refuses_a_fenced_write() {
+    let servers: Vec<support::RedisServer> =
+        (0..3).map(|_| support::RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = LockClient::redlock(&urls).await.expect("redlock connect");
+    let refused = incr(&client, "acct:11", 1, Some(1)).await;
+    assert!(
+        matches!(&refused, Err(LockError::Invalid { key, message, .. }) if key == "acct:11" && message.contains("Redlock")),
+        "{refused:?}"
+    );
+    // Nothing was written on any node.
+    for server in &servers {
+        let found: u64 = lock_runtime::redis::cmd("EXISTS")
+            .arg(&["acct:11", "{acct:11}:fence"])
+            .query(&mut server.connection())
+            .expect("EXISTS");
+        assert_eq!(found, 0);
+    }
+}

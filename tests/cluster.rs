@@ -207,16 +207,20 @@ fn release_subscribers(cluster: &RedisCluster, i: usize, lock_key: &str) -> i64 
     }
 }
 
-/// Whether the cluster's servers have sharded pub/sub (not Redis 6.2).
+/// Whether the cluster's servers have sharded pub/sub (not Redis 6.2),
+/// asked of a running node.
 fn sharded_pubsub(cluster: &RedisCluster) -> bool {
+    let node = (0..cluster.nodes.len())
+        .find(|&i| cluster.nodes[i].is_running())
+        .expect("a running node");
     redis::cmd("PUBSUB")
         .arg("SHARDNUMSUB")
-        .query::<redis::Value>(&mut cluster.connection(0))
+        .query::<redis::Value>(&mut cluster.connection(node))
         .is_ok()
 }
 
-/// Waits until the master of `lock_key` has a subscriber on its release
-/// channel.
+/// Waits until `lock_key`'s release channel has a subscriber where a
+/// release reaches it (see [`has_subscriber`]).
 async fn wait_for_subscriber(cluster: &RedisCluster, lock_key: &str, limit: Duration) {
     let deadline = Instant::now() + limit;
     while !has_subscriber(cluster, lock_key) {
@@ -225,10 +229,18 @@ async fn wait_for_subscriber(cluster: &RedisCluster, lock_key: &str, limit: Dura
     }
 }
 
-/// Whether the master of `lock_key` has a subscriber on its release
-/// channel (see [`release_subscribers`]).
+/// Whether `lock_key`'s release channel has a subscriber where a release
+/// reaches it: on the key's master with sharded pub/sub; on any running
+/// node without it (Redis 6.2: a release's `PUBLISH` reaches every node,
+/// and a channel whose node was lost may be subscribed again on another
+/// node while the slot map still names the lost one).
 fn has_subscriber(cluster: &RedisCluster, lock_key: &str) -> bool {
-    release_subscribers(cluster, cluster.master_of(lock_key), lock_key) > 0
+    if sharded_pubsub(cluster) {
+        return release_subscribers(cluster, cluster.master_of(lock_key), lock_key) > 0;
+    }
+    (0..cluster.nodes.len())
+        .filter(|&i| cluster.nodes[i].is_running())
+        .any(|i| release_subscribers(cluster, i, lock_key) > 0)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,7 +21,7 @@ use lock_runtime::{LockOptions, LossReason};
 use redis::aio::MultiplexedConnection;
 use redis::{ConnectionLike, Script, Value};
 use support::executor::Executor;
-use support::{parse_lock, RedisServer};
+use support::{expiry_ms, parse_lock, RedisServer};
 
 // ---------------------------------------------------------------------------
 // The scripts
@@ -37,18 +37,6 @@ fn script(name: &str) -> Script {
 fn time_ms(x: &mut impl ConnectionLike) -> u64 {
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query(x).expect("TIME");
     secs * 1000 + micros / 1000
-}
-
-/// When `key` expires, in ms by the server's clock (its time plus `PTTL`,
-/// read in one script); `None` when it is gone or has no expiry.
-const EXPIRY: &str = "local p = redis.call('pttl', KEYS[1]) \
-     if p < 0 then return p end \
-     local t = redis.call('time') \
-     return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + p";
-
-fn expiry_ms(x: &mut impl ConnectionLike, key: &str) -> Option<u64> {
-    let at: i64 = Script::new(EXPIRY).key(key).invoke(x).expect("expiry");
-    u64::try_from(at).ok()
 }
 
 fn value(x: &mut Executor) -> Option<(u64, String, String)> {

@@ -427,17 +427,6 @@ fn time_ms(node: &RedisServer) -> u64 {
     secs * 1000 + micros / 1000
 }
 
-/// When `key` expires on `node`, in ms by its clock (its `TIME` plus
-/// `PTTL`, read in one script); `None` when it is gone.
-fn expiry_ms(node: &RedisServer, key: &str) -> Option<u64> {
-    const EXPIRY: &str = "local p = redis.call('pttl', KEYS[1]) \
-         if p < 0 then return p end \
-         local t = redis.call('time') \
-         return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + p";
-    let at: i64 = node.query(redis::cmd("EVAL").arg(EXPIRY).arg(1).arg(key))?;
-    u64::try_from(at).ok()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_at_least_stays_on_a_quorum_until_its_end_by_each_node() {
     const HOLD: Duration = Duration::from_millis(1_500);
@@ -467,7 +456,7 @@ async fn a_hold_at_least_stays_on_a_quorum_until_its_end_by_each_node() {
                 .into_iter()
                 .map(|(owner, _)| owner),
         );
-        let end = expiry_ms(node, "lock:report").expect("kept");
+        let end = support::expiry_ms(&mut node.connection(), "lock:report").expect("kept");
         assert!(
             end + 1 >= before + hold_ms && end <= after + hold_ms + 1,
             "expires at {end}: not the node's grant ({before}..{after}) plus {hold_ms} ms"

@@ -491,16 +491,6 @@ fn time_ms(server: &Server) -> Option<u64> {
     Some(secs * 1000 + micros / 1000)
 }
 
-/// When `key` (full key) expires on `server`, in ms by its clock.
-fn expiry_ms(server: &Server, key: &str) -> Option<u64> {
-    const EXPIRY: &str = "local p = redis.call('pttl', KEYS[1]) \
-         if p < 0 then return p end \
-         local t = redis.call('time') \
-         return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + p";
-    let at: i64 = server.query(redis::cmd("EVAL").arg(EXPIRY).arg(1).arg(key))?;
-    u64::try_from(at).ok()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_at_least_past_its_lease_survives_a_failover_with_sync_replicas() {
     let _serial = SERIAL.lock().await;
@@ -580,7 +570,8 @@ async fn a_hold_at_least_past_its_lease_survives_a_failover_with_sync_replicas()
         .expect("the new master has the lock");
     assert_eq!(fence, token);
     assert_ne!(state, "f", "still held");
-    let expires = expiry_ms(&sentinels.replica, "lock:report").expect("kept");
+    let expires =
+        support::expiry_ms(&mut sentinels.replica.connection(), "lock:report").expect("kept");
     println!(
         "on the new master the lock expires {} ms from its end",
         expires as i64 - end as i64

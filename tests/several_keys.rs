@@ -365,3 +365,45 @@ on_both_backends! {
         assert_eq!((figures.timeouts, figures.overlaps), (0, 0), "{figures:?}");
     }
 }
+
+on_both_backends! {
+    /// A call cancelled while it waits (between requests, or with one in
+    /// flight) leaves no key held and no place in this client's line: once
+    /// the holder leaves, a zero-wait call on the same keys gets them all.
+    async fn a_call_cancelled_while_it_waits_leaves_nothing_behind(env: Env) {
+        let other = env.other_client().await;
+        let holder = Holder::start(&other, "w:2", LockOptions::new()).await;
+        for delay_ms in [0, 1, 5, 30] {
+            let client = env.client.clone();
+            let waiting = tokio::spawn(async move {
+                client
+                    .run_locked_all(["w:1", "w:2", "w:3"], LockOptions::new(), async {
+                        Ok::<_, LockError>(())
+                    })
+                    .await
+            });
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            waiting.abort();
+            let _ = waiting.await;
+        }
+        holder.release().await.expect("holder");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let taken = env
+                .client
+                .run_locked_all(["w:3", "w:2", "w:1"], LockOptions::new().wait(Duration::ZERO), async {
+                    Ok::<_, LockError>(())
+                })
+                .await;
+            match taken {
+                Ok(()) => break,
+                // A give-back of a request cut off in flight runs in the
+                // background.
+                Err(LockError::Timeout { .. }) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(error) => panic!("keys left held after the cancelled calls: {error}"),
+            }
+        }
+    }
+}

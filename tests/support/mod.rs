@@ -15,6 +15,20 @@ use lock_runtime::{LockClient, LockError, LockOptions};
 use lock_testkit::{Server, ServerOptions};
 use tokio::sync::Notify;
 
+/// When `key` expires, in ms by the server's clock (its `TIME` plus
+/// `PTTL`, read in one script); `None` when it is gone or has no expiry.
+pub fn expiry_ms(con: &mut impl redis::ConnectionLike, key: &str) -> Option<u64> {
+    const EXPIRY: &str = "local p = redis.call('pttl', KEYS[1]) \
+         if p < 0 then return p end \
+         local t = redis.call('time') \
+         return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + p";
+    let at: i64 = redis::Script::new(EXPIRY)
+        .key(key)
+        .invoke(con)
+        .expect("the expiry script");
+    u64::try_from(at).ok()
+}
+
 /// A redis-server of our own on a unix socket in a temporary directory
 /// (a [`Server`]), with readers of the lock values.
 pub struct RedisServer {

@@ -25,13 +25,11 @@ mod slots;
 
 pub(crate) use slots::slot_of;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::cluster_routing::Slot;
 use redis::{Cmd, ConnectionAddr, ErrorKind, FromRedisValue, PushInfo, RedisError, Value};
 use tokio::runtime::Handle;
 
@@ -228,11 +226,7 @@ impl Route for ClusterBackend {
     }
 
     fn batches(&self, keys: &[&str]) -> Vec<Vec<usize>> {
-        let mut slots: HashMap<Slot, Vec<usize>> = HashMap::new();
-        for (i, key) in keys.iter().enumerate() {
-            slots.entry(Slot::for_key(key)).or_default().push(i);
-        }
-        slots.into_values().collect()
+        self.script_groups(keys)
     }
 
     fn script_groups(&self, keys: &[&str]) -> Vec<Vec<usize>> {

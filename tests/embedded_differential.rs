@@ -332,6 +332,7 @@ fn script(name: &'static str, keys: Vec<String>, args: Vec<String>) -> Call {
 enum Held {
     Str(String),
     Hash(BTreeMap<String, String>),
+    List(Vec<String>),
 }
 
 /// A key's value and its expiry (ms since the epoch).
@@ -397,6 +398,7 @@ fn embedded_snapshot(keyspace: &EmbeddedKeyspace) -> Snapshot {
                 StoredValue::Hash(fields) => {
                     Held::Hash(fields.iter().map(|(f, v)| (lossy(f), lossy(v))).collect())
                 }
+                StoredValue::List(items) => Held::List(items.iter().map(|i| lossy(i)).collect()),
             };
             let expires = expires.map(|ms| i64::try_from(ms).expect("an expiry in range"));
             (lossy(&key), Stored { held, expires })

@@ -42,6 +42,7 @@ on_both_backends! {
                     .cmd("HINCRBY", ["{acct:1}:h"], ("n", 2))
                     .cmd("PEXPIRE", ["{acct:1}:h"], 60_000)
                     .cmd("DEL", ["{acct:1}:gone"], Vec::<String>::new())
+                    .cmd("RPUSH", ["{acct:1}:log"], ("a", "b"))
                     .run()
                     .await
             })
@@ -49,7 +50,13 @@ on_both_backends! {
             .expect("the holder's writes are accepted");
         assert_eq!(
             replies,
-            vec![Value::Int(1), Value::Int(7), Value::Int(1), Value::Int(0)]
+            vec![
+                Value::Int(1),
+                Value::Int(7),
+                Value::Int(1),
+                Value::Int(0),
+                Value::Int(2)
+            ]
         );
     }
 }
@@ -211,13 +218,81 @@ async fn a_redlock_client_refuses_a_fenced_write() {
     let client = LockClient::redlock(&urls).await.expect("redlock connect");
     let refused = incr(&client, "acct:11", 1, Some(1)).await;
     assert!(
-        matches!(&refused, Err(LockError::Invalid { key, message, .. }) if key == "acct:11" && message.contains("Redlock")),
+        matches!(&refused, Err(LockError::Invalid { key, message, .. }) if key == "acct:11" && message.contains("Redlock") && message.contains("run_on")),
         "{refused:?}"
     );
     // Nothing was written on any node.
     for server in &servers {
         let found: u64 = lock_runtime::redis::cmd("EXISTS")
             .arg(&["acct:11", "{acct:11}:fence"])
+            .query(&mut server.connection())
+            .expect("EXISTS");
+        assert_eq!(found, 0);
+    }
+}
+
+/// `run_on`: a fenced write on a connection of the user's, the form a
+/// Redlock client takes, with the same fence; no installed client needed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redlock_client_writes_through_a_connection_of_the_users() {
+    let servers: Vec<support::RedisServer> =
+        (0..3).map(|_| support::RedisServer::start()).collect();
+    let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+    let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = LockClient::redlock(&urls).await.expect("redlock connect");
+    let store = support::RedisServer::start();
+    let mut con = lock_runtime::redis::Client::open(store.url())
+        .expect("url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to the store");
+
+    let hold = |by: i64| {
+        let (client, mut con) = (&client, con.clone());
+        async move {
+            client
+                .run_locked("acct:12", LockOptions::new(), async {
+                    let replies = lock_runtime::fenced("acct:12")
+                        .cmd("INCRBY", ["acct:12"], by)
+                        .run_on(&mut con)
+                        .await?;
+                    Ok::<_, LockError>((fencing_token().expect("in the body"), replies))
+                })
+                .await
+                .expect("a holder's write")
+        }
+    };
+    let (old, replies) = hold(1).await;
+    assert_eq!(replies, vec![Value::Int(1)]);
+    let (new, replies) = hold(10).await;
+    assert_eq!(replies, vec![Value::Int(11)]);
+    assert!(new > old, "tokens grow: {old} then {new}");
+
+    let refused = lock_runtime::fenced("acct:12")
+        .token(old)
+        .cmd("INCRBY", ["acct:12"], 1000)
+        .run_on(&mut con)
+        .await;
+    match &refused {
+        Err(LockError::Fenced {
+            resource,
+            stored,
+            given,
+            ..
+        }) => {
+            assert_eq!((resource.as_str(), *stored, *given), ("acct:12", new, old));
+        }
+        other => panic!("the stale write was not refused: {other:?}"),
+    }
+    let balance: i64 = lock_runtime::redis::cmd("GET")
+        .arg("acct:12")
+        .query(&mut store.connection())
+        .expect("GET");
+    assert_eq!(balance, 11, "the stale write changed nothing");
+    // The locks' nodes hold no resource.
+    for server in &servers {
+        let found: u64 = lock_runtime::redis::cmd("EXISTS")
+            .arg(&["acct:12", "{acct:12}:fence"])
             .query(&mut server.connection())
             .expect("EXISTS");
         assert_eq!(found, 0);

@@ -1,8 +1,8 @@
 //! `sync_replicas` on a master with one replica, both real redis-server
 //! processes on loopback ports: synced locks work, an acquire that the
 //! replica does not acknowledge fails with `NotReplicated` and leaves the
-//! lock free, renewals the replica does not acknowledge end in `Lost`, and
-//! the cost per acquire. One test at a time: the replica is frozen.
+//! lock free, renewals the replica does not acknowledge end in `Lost`, a
+//! fenced write waits for the replica too, and the cost per acquire. One test at a time: the replica is frozen.
 mod support;
 
 use std::time::Duration;
@@ -294,4 +294,68 @@ async fn a_failed_give_back_of_an_unreplicated_lock_is_sent_again() {
         !is_held(&master, "lock:unsynced")
     });
     assert!(freed.await, "given back well before its 30 s lease");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_write_waits_for_the_replica_and_fails_when_it_does_not_acknowledge() {
+    let _serial = SERIAL.lock().await;
+    let master = Server::master();
+    let replica = Server::replica_of(master.port());
+    let client = synced_client(&master).await;
+    replicated(&client, "account:9").await;
+    let get = |server: &Server, key: &str| -> Option<String> {
+        server.query(redis::cmd("GET").arg(key)).flatten()
+    };
+
+    // Acknowledged: the write and the fence are on the replica when the
+    // write returns.
+    let token = client
+        .run_locked("account:9", LockOptions::new(), async {
+            client
+                .fenced_write("account:9")
+                .cmd("SET", ["{account:9}:balance"], 100)
+                .run()
+                .await?;
+            Ok::<_, LockError>(lock_runtime::fencing_token().expect("in the body"))
+        })
+        .await
+        .expect("synced fenced write");
+    assert_eq!(get(&replica, "{account:9}:balance").as_deref(), Some("100"));
+    assert_eq!(
+        get(&replica, "{account:9}:fence"),
+        Some(token.to_string()),
+        "the fence is on the replica"
+    );
+
+    // Not acknowledged: NotReplicated naming the resource, after about the
+    // timeout; the command ran on the master.
+    let started = Instant::now();
+    let outcome = {
+        let _paused = replica.pause();
+        client
+            .fenced_write("account:9")
+            .token(token)
+            .cmd("SET", ["{account:9}:balance"], 90)
+            .run()
+            .await
+    };
+    let took = started.elapsed();
+    match outcome {
+        Err(LockError::NotReplicated {
+            key,
+            needed,
+            acked,
+            timeout,
+            ..
+        }) => {
+            assert_eq!(key, "account:9");
+            assert_eq!((needed, acked, timeout), (1, 0, SYNC_TIMEOUT));
+        }
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    assert!(
+        took >= SYNC_TIMEOUT.mul_f64(0.9) && took < SYNC_TIMEOUT + Duration::from_secs(2),
+        "failed after about the timeout, not {took:?}"
+    );
+    assert_eq!(get(&master, "{account:9}:balance").as_deref(), Some("90"));
 }

@@ -4,6 +4,7 @@
 //! its lock was taken. The script and the fence key are in
 //! `docs/redis-layout.md`, "Fenced writes".
 
+use ::redis::aio::ConnectionLike;
 use ::redis::{ToRedisArgs, Value};
 
 use crate::backend::fenced::Fenced;
@@ -11,7 +12,7 @@ use crate::client::LockClient;
 use crate::error::LockError;
 use crate::fencing::{fencing_token, fencing_token_of};
 use crate::global;
-use crate::kind::fenced::{Command, Written};
+use crate::kind::fenced::{self, Command, Written};
 
 /// A write to a resource in Redis, made only if no newer holder of the
 /// lock wrote it: built by [`LockClient::fenced_write`] (or [`fenced`]),
@@ -30,10 +31,17 @@ use crate::kind::fenced::{Command, Written};
 ///
 /// Where it runs: one node, the Sentinel master, the Cluster master of the
 /// resource's slot (every key in that slot), the embedded backend (only
-/// `SET`, `DEL`, `INCRBY`, `HSET`, `HDEL`, `HINCRBY`, `PEXPIRE`). A
+/// `SET`, `DEL`, `INCRBY`, `HSET`, `HDEL`, `HINCRBY`, `RPUSH`, `PEXPIRE`). A
 /// Redlock client refuses it with [`LockError::Invalid`]: a fenced write is
-/// not a quorum operation. `sync_replicas` is not waited for: a failover
-/// may lose a fenced write that no replica had, and with it the fence.
+/// not a quorum operation; [`run_on`](FencedWrite::run_on) sends it on a
+/// connection of the user's instead, on any client.
+///
+/// With [`sync_replicas`](crate::LockClientBuilder::sync_replicas), the
+/// write waits for the replicas as an acquire does, and fails with
+/// [`LockError::NotReplicated`] when too few acknowledged it (its commands
+/// ran on the master). Without it, a failover may lose a fenced write that
+/// no replica had, and with it the fence: a stale holder could then write
+/// once more (see [`guide::fencing`](crate::guide::fencing)).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -123,41 +131,29 @@ impl<'c> FencedWrite<'c> {
         self
     }
 
-    /// Sends the write: the commands' replies, in order.
+    /// Sends the write to the client's deployment: the commands' replies,
+    /// in order.
     ///
     /// # Errors
     /// [`LockError::Fenced`] when a newer token wrote the resource (nothing
     /// ran: the caller lost its lock and must stop writing);
     /// [`LockError::Invalid`] without a token (outside a locked body, no
     /// [`token`](FencedWrite::token)), for a command without a name, keys
-    /// in more than one Cluster slot, a Redlock client, or a command the
-    /// embedded backend does not carry (named in the error's key);
+    /// in more than one Cluster slot, a Redlock client (use
+    /// [`run_on`](FencedWrite::run_on)), or a command the embedded backend
+    /// does not carry (named in the error's key);
     /// [`LockError::Backend`] when Redis fails, or a command fails (those
-    /// before it stay written); [`LockError::NotInitialized`] for
+    /// before it stay written); [`LockError::NotReplicated`] with
+    /// `sync_replicas`, when too few replicas acknowledged the write in
+    /// time (its commands ran on the master: a failover now may lose them
+    /// and the fence); [`LockError::NotInitialized`] for
     /// [`fenced`] without an installed client.
     pub async fn run(self) -> Result<Vec<Value>, LockError> {
         let client = match self.client {
             Some(client) => client,
             None => global::client()?,
         };
-        let invalid = |message| LockError::Invalid {
-            key: self.resource.clone(),
-            message,
-        };
-        let token = match (&self.token, &self.lock) {
-            (Some(token), _) => Some(*token),
-            (None, Some(key)) => fencing_token_of(key),
-            (None, None) => fencing_token(),
-        }
-        .ok_or_else(|| {
-            invalid(
-                "a fenced write without a token: run it inside the locked body (or leader \
-                 term) that holds the lock, or give the token with .token(t)",
-            )
-        })?;
-        if self.commands.iter().any(|c| c.name.is_empty()) {
-            return Err(invalid("a fenced write's command has no name"));
-        }
+        let token = self.checked_token()?;
         let inner = &client.inner;
         let answer = inner
             .backend
@@ -168,6 +164,58 @@ impl<'c> FencedWrite<'c> {
                     .backend
                     .error_on_key(e, &self.resource, &inner.tag.place)
             })?;
+        self.answer(answer)
+    }
+
+    /// Sends the write on `con`, a connection of the user's to the Redis
+    /// that keeps the resource (a `redis` multiplexed, managed or cluster
+    /// connection), rather than to the client's deployment: for a resource
+    /// that lives elsewhere than the locks, and the only form a Redlock
+    /// client takes. The script is loaded there when the server lacks it.
+    /// No client is needed: the token is the running body's, as for
+    /// [`run`](FencedWrite::run), and `sync_replicas` does not apply.
+    ///
+    /// # Errors
+    /// As [`run`](FencedWrite::run), with [`LockError::Backend`] naming
+    /// the node "the connection given to run_on", and keys in several
+    /// Cluster slots refused by the server (`CROSSSLOT`) rather than
+    /// before sending.
+    pub async fn run_on<C>(self, con: &mut C) -> Result<Vec<Value>, LockError>
+    where
+        C: ConnectionLike + Send,
+    {
+        let token = self.checked_token()?;
+        let answer = fenced::write_on(con, &self.resource, token, &self.commands)
+            .await
+            .map_err(|source| LockError::Backend {
+                key: self.resource.clone(),
+                node: "the connection given to run_on".to_owned(),
+                source,
+            })?;
+        self.answer(Fenced::Done(answer))
+    }
+
+    /// The token to write with (see [`FencedWrite`]), once the commands
+    /// are checked.
+    fn checked_token(&self) -> Result<u64, LockError> {
+        if self.commands.iter().any(|c| c.name.is_empty()) {
+            return Err(self.invalid("a fenced write's command has no name"));
+        }
+        match (&self.token, &self.lock) {
+            (Some(token), _) => Some(*token),
+            (None, Some(key)) => fencing_token_of(key),
+            (None, None) => fencing_token(),
+        }
+        .ok_or_else(|| {
+            self.invalid(
+                "a fenced write without a token: run it inside the locked body (or leader \
+                 term) that holds the lock, or give the token with .token(t)",
+            )
+        })
+    }
+
+    /// What the write's answer means for the caller.
+    fn answer(self, answer: Fenced) -> Result<Vec<Value>, LockError> {
         match answer {
             Fenced::Done(Written::Ran(replies)) => Ok(replies),
             Fenced::Done(Written::Refused { stored, given }) => Err(LockError::Fenced {
@@ -175,13 +223,19 @@ impl<'c> FencedWrite<'c> {
                 stored,
                 given,
             }),
-            Fenced::Done(Written::ManySlots) => Err(invalid(
+            Fenced::Done(Written::Unsynced { acked, sync }) => Err(LockError::NotReplicated {
+                key: self.resource,
+                needed: sync.replicas,
+                acked,
+                timeout: sync.timeout,
+            }),
+            Fenced::Done(Written::ManySlots) => Err(self.invalid(
                 "a fenced write's keys are in more than one Cluster hash slot: put the \
                  resource's hash tag ({...}) in every key",
             )),
-            Fenced::Redlock => Err(invalid(
-                "a fenced write on a Redlock client: it is not a quorum operation; write \
-                 the resource on a deployment of its own",
+            Fenced::Redlock => Err(self.invalid(
+                "a fenced write on a Redlock client: it is not a quorum operation; send it \
+                 with .run_on(connection) to the Redis that keeps the resource",
             )),
             Fenced::NotEmbedded(name) => Err(LockError::Invalid {
                 key: format!("{} (command {name})", self.resource),
@@ -189,9 +243,16 @@ impl<'c> FencedWrite<'c> {
             }),
         }
     }
+
+    fn invalid(&self, message: &'static str) -> LockError {
+        LockError::Invalid {
+            key: self.resource.clone(),
+            message,
+        }
+    }
 }
 
 /// Why the embedded backend refused a command (its list is
 /// `backend::fenced::EMBEDDED_COMMANDS`).
 const NOT_EMBEDDED: &str = "the embedded backend carries only SET, DEL, INCRBY, HSET, HDEL, \
-     HINCRBY and PEXPIRE in a fenced write; use a real Redis for other commands";
+     HINCRBY, RPUSH and PEXPIRE in a fenced write; use a real Redis for other commands";

@@ -9,8 +9,9 @@ use crate::route::BackendError;
 
 /// The commands a fenced write may carry on the embedded backend (its
 /// keyspace answers these; a real Redis answers any).
-pub(crate) const EMBEDDED_COMMANDS: [&str; 7] =
-    ["SET", "DEL", "INCRBY", "HSET", "HDEL", "HINCRBY", "PEXPIRE"];
+pub(crate) const EMBEDDED_COMMANDS: [&str; 8] = [
+    "SET", "DEL", "INCRBY", "HSET", "HDEL", "HINCRBY", "RPUSH", "PEXPIRE",
+];
 
 /// What a fenced write came to on the backend.
 #[derive(Debug)]

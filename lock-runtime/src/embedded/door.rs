@@ -24,6 +24,8 @@ pub enum StoredValue {
     Str(Vec<u8>),
     /// A hash's fields, in the order the keyspace keeps them.
     Hash(Vec<(Vec<u8>, Vec<u8>)>),
+    /// A list's items, first to last.
+    List(Vec<Vec<u8>>),
 }
 
 /// A connection to an embedded keyspace, for tests: it answers as a
@@ -107,6 +109,7 @@ impl EmbeddedKeyspace {
                 let value = match data {
                     Data::Str(s) => StoredValue::Str(s),
                     Data::Hash(fields) => StoredValue::Hash(fields),
+                    Data::List(items) => StoredValue::List(items),
                 };
                 (key, (value, expires))
             })

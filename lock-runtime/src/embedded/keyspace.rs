@@ -1,8 +1,8 @@
-//! The embedded backend's keyspace: strings and hashes with expiries, and
-//! the Redis commands the lock kinds' scripts call (GET, SET with `PX`,
-//! `EX`, `NX`, `XX` and `KEEPTTL`, DEL, TYPE, PTTL, PEXPIRE, HGET, HSET,
-//! HDEL, HGETALL, TIME, PUBLISH, SPUBLISH; INCRBY and HINCRBY for fenced
-//! writes), answered as Redis answers them,
+//! The embedded backend's keyspace: strings, hashes and lists with
+//! expiries, and the Redis commands the lock kinds' scripts call (GET, SET
+//! with `PX`, `EX`, `NX`, `XX` and `KEEPTTL`, DEL, TYPE, PTTL, PEXPIRE,
+//! HGET, HSET, HDEL, HGETALL, TIME, PUBLISH, SPUBLISH; INCRBY, HINCRBY and
+//! RPUSH for fenced writes), answered as Redis answers them,
 //! errors and `WRONGTYPE` included. A few more serve the test door (see
 //! `door.rs`): EXISTS, DBSIZE, KEYS, FLUSHALL, PING, INFO commandstats,
 //! CONFIG RESETSTAT.
@@ -31,6 +31,8 @@ pub(super) enum Data {
     Str(Vec<u8>),
     /// Fields in insertion order, as a small Redis hash keeps them.
     Hash(Vec<(Vec<u8>, Vec<u8>)>),
+    /// A list's items, first to last.
+    List(Vec<Vec<u8>>),
 }
 
 #[derive(Debug)]
@@ -159,6 +161,7 @@ impl Keyspace {
             "hget" | "hset" | "hdel" => self.hash(name, rest),
             "incrby" => self.incrby(rest),
             "hincrby" => self.hincrby(rest),
+            "rpush" => self.rpush(rest),
             "time" => Ok(self.time()),
             "publish" | "spublish" => match rest {
                 [channel, message] => {
@@ -208,7 +211,14 @@ impl Keyspace {
                     data: Data::Str(_), ..
                 }),
             ) => Ok(Value::SimpleString("string".into())),
-            ("type", Some(_)) => Ok(Value::SimpleString("hash".into())),
+            (
+                "type",
+                Some(Entry {
+                    data: Data::Hash(_),
+                    ..
+                }),
+            ) => Ok(Value::SimpleString("hash".into())),
+            ("type", Some(_)) => Ok(Value::SimpleString("list".into())),
             ("pttl", None) => Ok(Value::Int(-2)),
             ("pttl", Some(e)) => Ok(Value::Int(e.expires.map_or(-1, |at| {
                 i64::try_from(at.saturating_sub(now)).unwrap_or(i64::MAX)
@@ -453,6 +463,47 @@ impl Keyspace {
     }
 }
 
+/// The list command a fenced write may carry.
+impl Keyspace {
+    /// RPUSH key item [item ...]: the list's new length; an absent key
+    /// starts an empty list (no expiry).
+    fn rpush(&mut self, rest: &[&[u8]]) -> Reply {
+        let [key, items @ ..] = rest else {
+            return Err(arity("rpush"));
+        };
+        if items.is_empty() {
+            return Err(arity("rpush"));
+        }
+        let list = match self.live(key) {
+            Some(Entry {
+                data: Data::List(_),
+                ..
+            }) => self.entries.get_mut(*key),
+            Some(_) => return Err(WRONGTYPE.into()),
+            None => {
+                let data = Data::List(Vec::new());
+                self.entries.insert(
+                    key.to_vec(),
+                    Entry {
+                        data,
+                        expires: None,
+                    },
+                );
+                self.entries.get_mut(*key)
+            }
+        };
+        let Some(Entry {
+            data: Data::List(list),
+            ..
+        }) = list
+        else {
+            return Err(WRONGTYPE.into());
+        };
+        list.extend(items.iter().map(|item| item.to_vec()));
+        Ok(Value::Int(i64::try_from(list.len()).unwrap_or(i64::MAX)))
+    }
+}
+
 /// TIME, what only the test door sends, and moving keys between shards.
 impl Keyspace {
     /// TIME: seconds and microseconds, as two strings.
@@ -648,7 +699,7 @@ mod tests {
     }
 
     #[test]
-    fn counters_answer_as_redis() {
+    fn counters_and_lists_answer_as_redis() {
         let mut ks = Keyspace::default();
         ks.set_now(1_000_000_000);
         assert_eq!(run(&mut ks, "INCRBY c 5"), Ok(Value::Int(5)));
@@ -662,5 +713,14 @@ mod tests {
         assert_eq!(run(&mut ks, "HGET h f"), Ok(bulk(b"7")));
         assert_eq!(run(&mut ks, "INCRBY h 1"), Err(WRONGTYPE.into()));
         assert_eq!(run(&mut ks, "HINCRBY c f 1"), Err(WRONGTYPE.into()));
+        assert_eq!(run(&mut ks, "RPUSH l a b"), Ok(Value::Int(2)));
+        assert_eq!(run(&mut ks, "RPUSH l c"), Ok(Value::Int(3)));
+        assert_eq!(
+            run(&mut ks, "TYPE l"),
+            Ok(Value::SimpleString("list".into()))
+        );
+        assert_eq!(run(&mut ks, "GET l"), Err(WRONGTYPE.into()));
+        assert_eq!(run(&mut ks, "RPUSH h x"), Err(WRONGTYPE.into()));
+        assert_eq!(run(&mut ks, "RPUSH l").unwrap_err(), super::arity("rpush"));
     }
 }

@@ -8,6 +8,7 @@ use std::sync::LazyLock;
 use ::redis::{Cmd, RedisError, Script, Value};
 
 use super::sources;
+use crate::replica_sync::ReplicaSync;
 use crate::route::{Lane, Route, ScriptCall};
 
 static WRITE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::FENCED_WRITE));
@@ -29,6 +30,9 @@ pub(crate) enum Written {
     Refused { stored: u64, given: u64 },
     /// The keys (the fence key's included) are in more than one hash slot.
     ManySlots,
+    /// The commands ran on the master, but fewer replicas than `sync`
+    /// asks acknowledged them in time (`acked`).
+    Unsynced { acked: usize, sync: ReplicaSync },
 }
 
 /// The key that keeps the highest token that wrote `resource`, in its hash
@@ -46,7 +50,8 @@ pub(crate) fn fence_key(resource: &str) -> String {
     }
 }
 
-/// Runs `commands` on `resource` with `token` on `route`.
+/// Runs `commands` on `resource` with `token` on `route`; with
+/// `sync_replicas`, then waits for the replicas as an acquire does.
 pub(crate) async fn write(
     route: &impl Route,
     resource: &str,
@@ -81,7 +86,47 @@ pub(crate) async fn write(
         cmd,
         replay: None,
     };
-    match route.run::<Vec<Value>>(&Lane::Home, &call).await {
+    let answer = match route.sync() {
+        None => route.run::<Vec<Value>>(&Lane::Home, &call).await,
+        Some(sync) => match route.run_synced(call, None).await {
+            Ok((_, acked)) if acked < sync.replicas => {
+                return Ok(Written::Unsynced { acked, sync });
+            }
+            Ok((replies, _)) => ::redis::from_redis_value(replies).map_err(RedisError::from),
+            Err(e) => Err(e),
+        },
+    };
+    match answer {
+        Ok(replies) => Ok(Written::Ran(replies)),
+        Err(e) => refusal(&e).ok_or(e),
+    }
+}
+
+/// Runs `commands` on `resource` with `token` on a connection of the
+/// user's (any node or cluster connection `redis` offers): the script is
+/// loaded there if the server does not have it. No slot check: a Cluster
+/// connection answers `CROSSSLOT` for keys of several slots.
+pub(crate) async fn write_on<C>(
+    con: &mut C,
+    resource: &str,
+    token: u64,
+    commands: &[Command],
+) -> Result<Written, RedisError>
+where
+    C: ::redis::aio::ConnectionLike + Send,
+{
+    let mut call = WRITE.key(fence_key(resource));
+    for key in commands.iter().flat_map(|c| &c.keys) {
+        call.key(key);
+    }
+    call.arg(token).arg(resource).arg(commands.len());
+    for c in commands {
+        call.arg(&c.name).arg(c.keys.len()).arg(c.args.len());
+        for arg in &c.args {
+            call.arg(&arg[..]);
+        }
+    }
+    match call.invoke_async::<Vec<Value>>(con).await {
         Ok(replies) => Ok(Written::Ran(replies)),
         Err(e) => refusal(&e).ok_or(e),
     }

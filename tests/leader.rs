@@ -408,10 +408,12 @@ fn lead_is_send() {
 }
 
 /// Counts, on the thread it is the default on, the campaigns that failed
-/// (their `warn` event) and the `lead_term` spans.
+/// (their `warn` event), those that failed for a cause that needs fixing
+/// (their `error` event) and the `lead_term` spans.
 #[derive(Clone, Default)]
 struct Campaigns {
     failed: Arc<AtomicUsize>,
+    needs_fixing: Arc<AtomicUsize>,
     terms: Arc<AtomicUsize>,
 }
 
@@ -428,18 +430,24 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Campaigns {
     }
 
     fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
-        struct Message(bool);
+        struct Message(bool, bool);
         impl tracing::field::Visit for Message {
             fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
                 if field.name() == "message" {
-                    self.0 |= format!("{value:?}").contains("campaign failed; retrying");
+                    let text = format!("{value:?}");
+                    self.0 |= text.contains("campaign failed; retrying");
+                    self.1 |= text.contains("campaign failed for a cause that needs fixing");
                 }
             }
         }
-        let mut message = Message(false);
+        let mut message = Message(false, false);
         event.record(&mut message);
-        if message.0 && *event.metadata().level() == tracing::Level::WARN {
+        let level = *event.metadata().level();
+        if message.0 && level == tracing::Level::WARN {
             self.failed.fetch_add(1, Ordering::SeqCst);
+        }
+        if message.1 && level == tracing::Level::ERROR {
+            self.needs_fixing.fetch_add(1, Ordering::SeqCst);
         }
     }
 }
@@ -501,6 +509,47 @@ async fn backend_errors_while_campaigning_are_retried_not_returned() {
         .expect("task")
         .expect("resigned");
     assert_eq!(campaigns.terms.load(Ordering::SeqCst), 2);
+}
+
+/// A campaign that fails for a cause retrying does not cure (the key holds
+/// a value of another kind) is retried all the same, traced at `error`;
+/// once the key is fixed (deleted here), the campaign is elected.
+#[tokio::test(flavor = "current_thread")]
+async fn a_campaign_failing_for_a_cause_that_needs_fixing_is_traced_as_an_error() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let campaigns = Campaigns::default();
+    let subscriber = tracing_subscriber::registry().with(campaigns.clone());
+    let _default = tracing::subscriber::set_default(subscriber);
+    let server = support::RedisServer::start();
+    let _: () = lock_runtime::redis::cmd("HSET")
+        .arg(&["lock:misused", "not", "a lock"])
+        .query(&mut server.connection())
+        .expect("HSET");
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let leading = tokio::spawn(async move {
+        client
+            .lead("misused", LockOptions::new(), |_term| async {
+                Ok::<_, LockError>(())
+            })
+            .await
+    });
+    let traced = eventually(LIMIT, || campaigns.needs_fixing.load(Ordering::SeqCst) >= 2).await;
+    assert!(traced, "no campaign failure was traced as an error");
+    assert_eq!(
+        campaigns.failed.load(Ordering::SeqCst),
+        0,
+        "not as a warning"
+    );
+    assert!(!leading.is_finished(), "lead returned");
+    let _: () = lock_runtime::redis::cmd("DEL")
+        .arg("lock:misused")
+        .query(&mut server.connection())
+        .expect("DEL");
+    timeout(LIMIT, leading)
+        .await
+        .expect("elected once the key was fixed")
+        .expect("task")
+        .expect("resigned");
 }
 
 /// The gauge `distributed_lock_leader`, labelled by the call's label, is 1

@@ -183,5 +183,16 @@ pub(crate) fn term_ended(label: &'static str, token: u64, end: &dyn fmt::Debug) 
 /// A campaign failed with `error` (the backend failed or answered too
 /// few); it is tried again after `retry_in`.
 pub(crate) fn campaign_failed(error: &LockError, retry_in: Duration) {
-    tracing::warn!(%error, retry_in = ?retry_in, "leader election: campaign failed; retrying");
+    if error.is_retryable() {
+        tracing::warn!(%error, retry_in = ?retry_in, "leader election: campaign failed; retrying");
+    } else {
+        // A cause that retrying does not cure (an ACL, a key of another
+        // kind): retried all the same, as an operator may fix it while the
+        // process runs, but at `error`, where alerts look.
+        tracing::error!(
+            %error,
+            retry_in = ?retry_in,
+            "leader election: campaign failed for a cause that needs fixing; retrying"
+        );
+    }
 }

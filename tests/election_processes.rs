@@ -8,7 +8,7 @@
 //! a resumed stale leader's tick is refused by the resource, and the worker
 //! prints it.
 //!
-//! - [`three_processes_elect_one_leader_through_kills_pauses_and_resignations`]:
+//! - `three_processes_elect_one_leader_through_kills_pauses_and_resignations`:
 //!   3 processes campaign with a 1 s lease while a seeded schedule kills
 //!   the leader (SIGKILL, then a new process), pauses it past its lease
 //!   (SIGSTOP until another leader ticked, then SIGCONT) or makes it resign
@@ -20,7 +20,7 @@
 //!   every fault made a new term. `LOCK_ELECTION_SEED` and
 //!   `LOCK_ELECTION_SECS` (default 30) set the schedule and the run's
 //!   length.
-//! - [`a_campaigner_leads_within_500_ms_of_each_resignation`]: two
+//! - `a_campaigner_leads_within_500_ms_of_each_resignation`: two
 //!   processes, the leader resigning `LOCK_HANDOVER_ROUNDS` times (default
 //!   30) and campaigning again only after 500 ms: the other leads within
 //!   500 ms each time; the median and p99 hand-over are printed.
@@ -62,7 +62,8 @@ fn unix_ms() -> u64 {
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name).map_or(default, |v| {
-        v.parse().unwrap_or_else(|_| panic!("{name}={v:?}: a number"))
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name}={v:?}: a number"))
     })
 }
 
@@ -180,7 +181,10 @@ impl Fleet {
     fn new(url: &str, key: &str, rest_ms: u64) -> Fleet {
         let args = [LEASE_MS, TICK_MS, WORK_MS, rest_ms].map(|ms| ms.to_string());
         Fleet {
-            args: [url.to_owned(), key.to_owned()].into_iter().chain(args).collect(),
+            args: [url.to_owned(), key.to_owned()]
+                .into_iter()
+                .chain(args)
+                .collect(),
             workers: Vec::new(),
             lines: Lines::default(),
             readers: Vec::new(),
@@ -236,24 +240,42 @@ impl Fleet {
             if let Some((_, numbers)) = said.iter().find(|(_, n)| n.first() == Some(&token)) {
                 return numbers[1];
             }
-            assert!(Instant::now() < deadline, "term {token} never said it resigned");
+            assert!(
+                Instant::now() < deadline,
+                "term {token} never said it resigned"
+            );
             sleep(Duration::from_millis(5)).await;
         }
     }
 
     /// Asks the worker `pid` to resign (if it leads).
     async fn resign(&mut self, pid: u32) {
-        let worker = self.workers.iter_mut().find(|w| w.pid == pid).expect("a worker");
-        worker.stdin.write_all(b"resign\n").await.expect("write stdin");
+        let worker = self
+            .workers
+            .iter_mut()
+            .find(|w| w.pid == pid)
+            .expect("a worker");
+        worker
+            .stdin
+            .write_all(b"resign\n")
+            .await
+            .expect("write stdin");
         worker.stdin.flush().await.expect("flush stdin");
     }
 
     /// Kills the worker `pid` (SIGKILL) and waits for its end.
     async fn kill(&mut self, pid: u32) {
-        let at = self.workers.iter().position(|w| w.pid == pid).expect("a worker");
+        let at = self
+            .workers
+            .iter()
+            .position(|w| w.pid == pid)
+            .expect("a worker");
         let mut worker = self.workers.remove(at);
         signal(pid, "-KILL");
-        timeout(LIMIT, worker.child.wait()).await.expect("killed in time").expect("wait");
+        timeout(LIMIT, worker.child.wait())
+            .await
+            .expect("killed in time")
+            .expect("wait");
     }
 
     /// Kills every worker; the lines they printed.
@@ -262,7 +284,10 @@ impl Fleet {
             self.kill(pid).await;
         }
         for reader in self.readers.drain(..) {
-            timeout(LIMIT, reader).await.expect("stdout closed").expect("reader");
+            timeout(LIMIT, reader)
+                .await
+                .expect("stdout closed")
+                .expect("reader");
         }
         let lines = self.lines.lock().unwrap_or_else(PoisonError::into_inner);
         lines.clone()
@@ -334,7 +359,8 @@ async fn stop_leader(con: &mut redis::Connection, key: &str, fleet: &Fleet) -> (
         let leader = a_leader(con, key, fleet).await;
         let start = unix_ms();
         signal(leader.pid, "-STOP");
-        if look(con, key).leader() == Some(leader) {
+        let still = look(con, key).leader().map(|t| (t.pid, t.token));
+        if still == Some((leader.pid, leader.token)) {
             return (leader, start);
         }
         signal(leader.pid, "-CONT");
@@ -413,27 +439,20 @@ async fn schedule(
     faults
 }
 
-/// One term as the ticks show it: its token, process, first and last tick.
-#[derive(Debug)]
-struct TermTicks {
-    token: u64,
-    pid: u32,
-    first_ms: u64,
-    last_ms: u64,
-}
-
-/// The terms in the order of the ticks (a run of one token each).
-fn terms(ticks: &[Tick]) -> Vec<TermTicks> {
-    let mut terms: Vec<TermTicks> = Vec::new();
+/// The terms in the order of the ticks (a run of one token each), as
+/// their first ticks; asserts that a term ticks from one process.
+fn terms(ticks: &[Tick]) -> Vec<Tick> {
+    let mut terms: Vec<Tick> = Vec::new();
     for tick in ticks {
-        match terms.last_mut() {
-            Some(term) if term.token == tick.token => term.last_ms = tick.ms,
-            _ => terms.push(TermTicks {
-                token: tick.token,
-                pid: tick.pid,
-                first_ms: tick.ms,
-                last_ms: tick.ms,
-            }),
+        match terms.last() {
+            Some(term) if term.token == tick.token => {
+                assert_eq!(
+                    term.pid, tick.pid,
+                    "term {} ticked in two processes",
+                    tick.token
+                );
+            }
+            _ => terms.push(*tick),
         }
     }
     terms
@@ -454,19 +473,31 @@ fn spread(values: &[u64]) -> String {
     let mut values = values.to_vec();
     let (median, p99) = (quantile(&mut values, 0.5), quantile(&mut values, 0.99));
     let max = values.last().copied().unwrap_or(0);
-    format!("median {median} ms, p99 {p99} ms, max {max} ms (n = {})", values.len())
+    format!(
+        "median {median} ms, p99 {p99} ms, max {max} ms (n = {})",
+        values.len()
+    )
 }
 
 /// Asserts that the accepted ticks' tokens never go down, in the
 /// resource's order and in the order of the ticks' times, and that each
 /// term's token is above the last; the terms.
-fn tokens_never_go_down(ticks: &[Tick]) -> Vec<TermTicks> {
-    let down: Vec<_> = ticks.windows(2).filter(|w| w[1].token < w[0].token).collect();
+fn tokens_never_go_down(ticks: &[Tick]) -> Vec<Tick> {
+    let down: Vec<_> = ticks
+        .windows(2)
+        .filter(|w| w[1].token < w[0].token)
+        .collect();
     assert!(down.is_empty(), "tokens went down in the list: {down:?}");
     let mut by_time = ticks.to_vec();
     by_time.sort_by_key(|tick| tick.ms);
-    let down: Vec<_> = by_time.windows(2).filter(|w| w[1].token < w[0].token).collect();
-    assert!(down.is_empty(), "an older term ticked after a newer one: {down:?}");
+    let down: Vec<_> = by_time
+        .windows(2)
+        .filter(|w| w[1].token < w[0].token)
+        .collect();
+    assert!(
+        down.is_empty(),
+        "an older term ticked after a newer one: {down:?}"
+    );
     let terms = terms(ticks);
     for pair in terms.windows(2) {
         assert!(
@@ -516,13 +547,20 @@ fn longest_quiet_gap(ticks: &[Tick], faults: &[Fault]) -> u64 {
     let windows: Vec<(u64, u64)> = faults
         .iter()
         .map(|fault| {
-            let next = ticks.iter().find(|t| t.token > fault.token).map_or(u64::MAX, |t| t.ms);
+            let next = ticks
+                .iter()
+                .find(|t| t.token > fault.token)
+                .map_or(u64::MAX, |t| t.ms);
             (fault.start_ms, next)
         })
         .collect();
     ticks
         .windows(2)
-        .filter(|w| !windows.iter().any(|(from, to)| *from < w[1].ms && *to > w[0].ms))
+        .filter(|w| {
+            !windows
+                .iter()
+                .any(|(from, to)| *from < w[1].ms && *to > w[0].ms)
+        })
         .map(|w| w[1].ms.saturating_sub(w[0].ms))
         .max()
         .unwrap_or(0)
@@ -544,7 +582,11 @@ async fn three_processes_elect_one_leader_through_kills_pauses_and_resignations(
     a_leader(&mut con, key, &fleet).await;
     let mut rng = Rng(seed);
     let faults = schedule((&mut con, key), &mut fleet, &mut rng, run).await;
-    let paused: Vec<u64> = faults.iter().filter(|f| f.kind == Kind::Pause).map(|f| f.token).collect();
+    let paused: Vec<(u32, u64)> = faults
+        .iter()
+        .filter(|f| f.kind == Kind::Pause)
+        .map(|f| (f.pid, f.token))
+        .collect();
     let lines = fleet.stop().await;
     let ticks = ticks(&mut con);
 
@@ -563,16 +605,34 @@ async fn three_processes_elect_one_leader_through_kills_pauses_and_resignations(
         .iter()
         .filter_map(|(pid, line)| {
             let rest = line.strip_prefix("refused ")?;
-            Some((*pid, rest.split(' ').map(|n| n.parse().expect("a number")).collect()))
+            Some((
+                *pid,
+                rest.split(' ')
+                    .map(|n| n.parse().expect("a number"))
+                    .collect(),
+            ))
         })
         .collect();
     for (pid, numbers) in &refused {
         let (token, stored) = (numbers[0], numbers[2]);
-        assert!(paused.contains(&token), "{pid} refused with {token}, not a paused term");
-        assert!(token < stored, "{pid} refused with {token}, the resource had {stored}");
+        assert!(
+            paused.contains(&(*pid, token)),
+            "{pid} refused with {token}, not a paused term"
+        );
+        assert!(
+            token < stored,
+            "{pid} refused with {token}, the resource had {stored}"
+        );
     }
-    let elected = lines.iter().filter(|(_, l)| l.starts_with("elected ")).count();
-    let errors: Vec<_> = lines.iter().filter(|(_, l)| l.starts_with("error ")).collect();
+    let elected = lines
+        .iter()
+        .filter(|(_, l)| l.starts_with("elected "))
+        .count();
+    let errors: Vec<_> = lines
+        .iter()
+        .filter(|(_, l)| l.starts_with("error "))
+        .collect();
+    assert!(errors.is_empty(), "lead returned errors: {errors:?}");
     println!(
         "election run: {} terms ({elected} elections, {} ticks); faults: {} kills, {} pauses, \
          {} resignations; terms not made by a fault: {}; tokens that went down: 0; refused \
@@ -586,12 +646,14 @@ async fn three_processes_elect_one_leader_through_kills_pauses_and_resignations(
         refused.len(),
         longest_quiet_gap(&ticks, &faults),
     );
-    println!("resignation -> next term's first tick: {}", spread(&resigns));
+    println!(
+        "resignation -> next term's first tick: {}",
+        spread(&resigns)
+    );
     println!("kill -> next term's first tick: {}", spread(&kills));
     println!("  beyond the lease's end: {}", spread(&kills_late));
     println!("pause -> next term's first tick: {}", spread(&pauses));
     println!("  beyond the lease's end: {}", spread(&pauses_late));
-    println!("worker errors (a refused tick ends its term): {errors:?}");
 }
 
 /// Waits until a campaigner waits for the lock `key` held by the term
@@ -651,5 +713,8 @@ async fn a_campaigner_leads_within_500_ms_of_each_resignation() {
         leader = first;
     }
     fleet.stop().await;
-    println!("hand-over (resignation -> the other process's first tick): {}", spread(&handovers));
+    println!(
+        "hand-over (resignation -> the other process's first tick): {}",
+        spread(&handovers)
+    );
 }

@@ -146,7 +146,11 @@ async fn leader(
 async fn tick(client: LockClient, token: u64, at: u128) -> Result<(), LockError> {
     let written = client
         .fenced_write("ticks")
-        .cmd("RPUSH", ["ticks"], format!("{} {token} {at}", std::process::id()))
+        .cmd(
+            "RPUSH",
+            ["ticks"],
+            format!("{} {token} {at}", std::process::id()),
+        )
         .token(token)
         .run()
         .await;

@@ -76,7 +76,10 @@ async fn main() -> Result<(), Error> {
             .await;
         match led {
             Ok(()) => tokio::time::sleep(shape.rest).await,
-            Err(error) => println!("error {} {error}", unix_ms()),
+            Err(error) => {
+                println!("error {} {error}", unix_ms());
+                tokio::time::sleep(shape.tick).await;
+            }
         }
     }
     Ok(())

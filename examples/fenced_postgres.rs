@@ -142,7 +142,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         Err(e) => return Err(e.into()),
     }
     let row = db
-        .query_one("SELECT balance, fence FROM fenced_account WHERE id = 7", &[])
+        .query_one(
+            "SELECT balance, fence FROM fenced_account WHERE id = 7",
+            &[],
+        )
         .await?;
     let (balance, stored): (i64, i64) = (row.get(0), row.get(1));
     println!("the row still holds the newer holder's write: balance {balance}, fence {stored}");

@@ -203,7 +203,12 @@ impl Worker {
     fn start(resource: &str, redis: &str, postgres: Option<&str>) -> Worker {
         let mut command = Command::new(std::env::current_exe().expect("this test binary"));
         command
-            .args(["stale_holder", "--exact", "--include-ignored", "--nocapture"])
+            .args([
+                "stale_holder",
+                "--exact",
+                "--include-ignored",
+                "--nocapture",
+            ])
             .args(["--test-threads", "1"])
             .env("FENCE_WORKER", resource)
             .env("FENCE_REDIS_URL", redis)
@@ -302,11 +307,7 @@ struct Tally {
 /// One loop: A holds and stops; the parent, as B, takes the lock once A's
 /// lease ran out and writes with `b_write` (given B's token); A resumes and
 /// writes stale. A's token, B's token and what the resource told A.
-async fn one_loop<W, F>(
-    worker: &mut Worker,
-    client: &LockClient,
-    b_write: W,
-) -> (u64, u64, Stale)
+async fn one_loop<W, F>(worker: &mut Worker, client: &LockClient, b_write: W) -> (u64, u64, Stale)
 where
     W: FnOnce(u64) -> F,
     F: Future<Output = ()>,
@@ -347,7 +348,9 @@ fn count(tally: &mut Tally, stale: &Stale) {
 
 #[test]
 fn a_paused_holder_cannot_write_a_redis_resource_after_a_newer_holder() {
-    let redis = ServerOptions::unix().start().unwrap_or_else(|e| panic!("{e}"));
+    let redis = ServerOptions::unix()
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let (n, tally, took) = runtime.block_on(async {
         let client = LockClient::connect(&redis.url()).await.expect("connect");
@@ -396,7 +399,9 @@ fn report(what: &str, n: usize, tally: &Tally, took: Duration) {
 fn a_paused_holder_cannot_update_a_postgres_row_after_a_newer_holder() {
     // Both servers from this thread, which lives as long as the test: the
     // PostgreSQL server dies with the thread that started it.
-    let redis = ServerOptions::unix().start().unwrap_or_else(|e| panic!("{e}"));
+    let redis = ServerOptions::unix()
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
     let postgres = Postgres::start();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let (n, tally, took) = runtime.block_on(async {
@@ -429,7 +434,11 @@ fn a_paused_holder_cannot_update_a_postgres_row_after_a_newer_holder() {
                 .await
                 .expect("the row");
             let (holder, fence): (String, i64) = (row.get(0), row.get(1));
-            assert_eq!((holder, fence), (format!("B:{b}"), b as i64), "B's row stands");
+            assert_eq!(
+                (holder, fence),
+                (format!("B:{b}"), b as i64),
+                "B's row stands"
+            );
             worker.exited().await;
         }
         (n, tally, start.elapsed())

@@ -32,7 +32,11 @@ fn a_server_runs_unprivileged_on_its_socket_and_stops_by_pid() {
     }
     let socket = server.socket_dir().join(".s.PGSQL.5432");
     UnixStream::connect(&socket).expect("the socket takes a connection");
-    assert!(server.conninfo().contains("host=/"), "{}", server.conninfo());
+    assert!(
+        server.conninfo().contains("host=/"),
+        "{}",
+        server.conninfo()
+    );
     server.stop();
     assert_eq!(state(pid), None, "the server's process is gone");
     assert!(!socket.exists(), "the socket is removed");
@@ -42,7 +46,10 @@ fn a_server_runs_unprivileged_on_its_socket_and_stops_by_pid() {
 fn a_server_dies_with_the_thread_that_started_it() {
     let (pid, dir) = std::thread::spawn(|| {
         let server = Postgres::start();
-        let found = (server.pid().expect("running"), server.socket_dir().to_owned());
+        let found = (
+            server.pid().expect("running"),
+            server.socket_dir().to_owned(),
+        );
         // No drop: only the parent-death signal can stop it now.
         std::mem::forget(server);
         found

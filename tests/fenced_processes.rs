@@ -17,7 +17,7 @@
 //! [`stale_holder`] with `FENCE_WORKER` set (its dependencies,
 //! `tokio-postgres` and `libc`, are dev-dependencies: a `src/bin` worker
 //! could not use them). `LOCK_TEST_FENCE_LOOPS` sets the loops (default 5,
-//! about 1.5 s each).
+//! about 1 s each).
 
 use std::future::Future;
 use std::process::Stdio;
@@ -174,9 +174,10 @@ where
     say(&format!("ended {ended:?}"));
 }
 
-/// Polls `write` once in the caller's poll (its request leaves now), then
-/// hands it to a task of its own: the lock drops a body whose lease ran out
-/// at its next poll, but not this write.
+/// Polls `write` once inside the caller's poll (the write starts there,
+/// with no lease check between the resume and the write), then hands it to
+/// a task of its own: the lock drops a body whose lease ran out at its next
+/// poll, but not this write, whose answer is awaited outside the lock.
 async fn start_here<F>(write: F) -> tokio::task::JoinHandle<F::Output>
 where
     F: Future + Send + 'static,

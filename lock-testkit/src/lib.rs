@@ -3,10 +3,11 @@
 //! unix sockets, each in a temporary directory of its own, stopped by pid
 //! (also on drop). Single nodes ([`Server`], [`ServerOptions`]), TLS
 //! ([`Certs`]), replicas and sentinels ([`replication`]), and clusters
-//! ([`cluster`]). The integration tests, `lock-chaos` and `lock-bench` use
-//! it; it is not published.
+//! ([`cluster`]); and PostgreSQL servers ([`Postgres`]), the resource of
+//! the fenced-write tests. The integration tests, `lock-chaos` and
+//! `lock-bench` use it; it is not published.
 //!
-//! A child process is started with no parent-death signal: a server lives
+//! A redis-server is started with no parent-death signal: a server lives
 //! until it is stopped, dropped, or the test process exits and its drop
 //! runs. Constructors that return `std::io::Result` are for the tools; the
 //! shortcuts that panic ([`Server::tcp`], [`Server::tls`],
@@ -18,6 +19,7 @@ mod binaries;
 pub mod cluster;
 mod dir;
 mod ports;
+mod postgres;
 pub mod replication;
 mod server;
 mod tls;
@@ -26,6 +28,7 @@ mod wait;
 pub use binaries::{cli_bin, not_startable, server_bin};
 pub use dir::TempDir;
 pub use ports::{free_cluster_port, free_port};
+pub use postgres::{postgres_bin_dir, Postgres};
 pub use server::{calls_in, Paused, Server, ServerOptions};
 pub use tls::Certs;
 pub use wait::wait_until;

@@ -1,6 +1,7 @@
 //! The election mode's worker tasks: each task campaigns with `lead` on
-//! one of the election keys after another, on either client, with a short
-//! lease; each term ticks (a fenced write of its token onto the key's list)
+//! its election key (task `t` of worker `p` on `e<(p + t) % 3>`, so that
+//! each key has campaigners in several workers), on either client, with a
+//! short lease; each term ticks (a fenced write of its token onto the key's list)
 //! a planned number of times and resigns (its future returns `Ok`, and the
 //! task calls `lead` again), or steps down when a tick is refused. A third
 //! of the terms hand the ticking to a spawned task that stops on
@@ -38,16 +39,11 @@ pub const LEASES_MS: [u64; 3] = [300, 500, 800];
 /// One call of `lead`, drawn from the seed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Campaign {
-    /// The election key's index (`e0`..).
-    pub key: u64,
     /// 0: `lock_runtime::lead` on the global client; 1: the second
     /// client's `lead`.
     pub client: u8,
     /// The terms' lease (ms).
     pub lease_ms: u64,
-    /// How long the task rests after `lead` returned, before it campaigns
-    /// again (ms; mostly 0).
-    pub rest_ms: u64,
 }
 
 /// What one term does, drawn when it begins.
@@ -64,14 +60,8 @@ pub struct TermPlan {
 /// A random campaign.
 pub fn campaign(rng: &mut Rng) -> Campaign {
     Campaign {
-        key: rng.range(0, election::KEYS - 1),
         client: u8::from(rng.chance(50)),
         lease_ms: *rng.pick(&LEASES_MS),
-        rest_ms: if rng.chance(70) {
-            0
-        } else {
-            rng.range(10, 300)
-        },
     }
 }
 
@@ -279,29 +269,31 @@ async fn run_campaign(seat: Seat, c: Campaign, mut terms: Rng) {
     }
 }
 
-/// One task: campaigns until the run's end.
+/// One task: campaigns on its key until the run's end, calling `lead`
+/// again as soon as it returned (a resignation, or a term that stepped
+/// down), with a new draw of client and lease.
 async fn task_loop(args: WorkerArgs, task: u32, until: Instant) {
     let path = [u64::from(args.proc), u64::from(task), u64::from(args.life)];
     let mut rng = Rng::derive(args.seed ^ 0xE1EC, &path);
+    let key = format!(
+        "e{}",
+        (u64::from(args.proc) + u64::from(task)) % election::KEYS
+    );
     for _ in 0..1_000_000 {
         if Instant::now() >= until {
             break;
         }
         let c = campaign(&mut rng);
-        let key = format!("e{}", c.key);
         let seat = Seat {
             proc: args.proc,
             task,
             resource: election::resource(&args.prefix, &key),
-            key,
+            key: key.clone(),
             client: c.client,
             until,
         };
         let terms = Rng::new(rng.next_u64());
         run_campaign(seat, c, terms).await;
-        if c.rest_ms > 0 {
-            tokio::time::sleep(Duration::from_millis(c.rest_ms)).await;
-        }
     }
 }
 
@@ -332,20 +324,18 @@ mod tests {
     #[test]
     fn campaigns_and_terms_cover_their_ranges() {
         let mut rng = Rng::new(5);
-        let (mut keys, mut clients, mut rests, mut handed) = ([0; 3], [0; 2], 0, 0);
+        let (mut clients, mut leases, mut handed) = ([0; 2], [0; 3], 0);
         for _ in 0..1000 {
             let c = campaign(&mut rng);
-            keys[c.key as usize] += 1;
             clients[usize::from(c.client)] += 1;
-            assert!(LEASES_MS.contains(&c.lease_ms));
-            rests += usize::from(c.rest_ms > 0);
+            let lease = LEASES_MS.iter().position(|&l| l == c.lease_ms);
+            leases[lease.expect("a lease of the list")] += 1;
             let t = term_plan(&mut rng);
             assert!((3..=40).contains(&t.ticks) && (10..=40).contains(&t.tick_ms));
             handed += usize::from(t.handed);
         }
-        assert!(keys.iter().all(|&n| n > 250), "{keys:?}");
         assert!(clients.iter().all(|&n| n > 400), "{clients:?}");
-        assert!((200..400).contains(&rests), "{rests}");
+        assert!(leases.iter().all(|&n| n > 250), "{leases:?}");
         assert!((250..420).contains(&handed), "{handed}");
     }
 }

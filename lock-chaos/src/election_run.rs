@@ -33,14 +33,21 @@ pub struct WorkerFault {
 
 /// The plan of a run of `run_ms` with `workers` workers: one fault at a
 /// time, from 1.5 to 2.5 s, then every 1.5 to 4 s after the last one
-/// ended, until 3 s before the end; a third are kills (started again 100
-/// to 400 ms later), the others pauses of [`PAUSES_MS`].
+/// ended, until 3 s before the end. They come in rounds of three, two
+/// pauses (of [`PAUSES_MS`]) and a kill (started again 100 to 400 ms
+/// later) in a seeded order, so that a short run has both.
 pub fn plan(seed: u64, run_ms: u64, workers: u32) -> Vec<WorkerFault> {
     let mut rng = Rng::derive(seed, &[0x3F]);
     let mut out = Vec::new();
     let mut at = rng.range(1500, 2500);
+    let mut round = Vec::new();
     while workers > 0 && out.len() < 10_000 {
-        let kill = rng.chance(33);
+        if round.is_empty() {
+            round = vec![false, false, true];
+            let i = rng.range(0, 2) as usize;
+            round.swap(i, 2);
+        }
+        let kill = round.pop().expect("a round has three");
         let dur_ms = if kill {
             rng.range(100, 400)
         } else {
@@ -179,8 +186,17 @@ mod tests {
         assert_eq!(a, plan(7, 60_000, 3));
         assert_ne!(a, plan(8, 60_000, 3));
         assert!(a.len() >= 10, "{}", a.len());
-        let kills = a.iter().filter(|f| f.kill).count();
-        assert!(kills >= 2 && kills < a.len(), "{kills} of {}", a.len());
+        // Each round of three has one kill, in a seeded place.
+        for round in a.chunks_exact(3) {
+            assert_eq!(round.iter().filter(|f| f.kill).count(), 1);
+        }
+        let places: std::collections::BTreeSet<usize> = a
+            .chunks_exact(3)
+            .map(|r| r.iter().position(|f| f.kill).expect("a kill"))
+            .collect();
+        assert!(places.len() > 1, "{places:?}");
+        let short = plan(7, 20_000, 3);
+        assert!(short.len() >= 3 && short.iter().take(3).any(|f| f.kill));
         for pair in a.windows(2) {
             assert!(pair[1].at_ms >= pair[0].at_ms + pair[0].dur_ms + 1500);
         }

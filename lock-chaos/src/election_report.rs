@@ -161,6 +161,7 @@ fn handover_summary(h: &History, limits: &Limits) -> String {
         quantile(&calm, 99),
         quantile(&calm, 100),
     );
+    out.push_str(&kill_summary(h));
     let origin = h.origin();
     match election_rules::longest_leaderless(h, limits) {
         Some((key, at, len)) => {
@@ -174,4 +175,57 @@ fn handover_summary(h: &History, limits: &Limits) -> String {
         None => out.push_str("longest stretch between two terms' ticks outside faults: none\n"),
     }
     out
+}
+
+/// The terms whose worker was killed (no end recorded, begun before a
+/// kill of their worker): how long from the kill until a newer term on
+/// the key ticked accepted. Nothing when no worker was killed.
+fn kill_summary(h: &History) -> String {
+    let r = &h.election;
+    let accepted = election_rules::accepted(r);
+    let mut took: Vec<u64> = Vec::new();
+    let mut never = 0;
+    for f in h.faults.iter().filter(|f| f.kind == "wkill") {
+        let Some(proc) = f
+            .target
+            .strip_prefix("worker")
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let killed = r.terms.iter().filter(|t| {
+            t.proc == proc
+                && t.at < f.start
+                && !r.ends.iter().any(|e| e.key == t.key && e.token == t.token)
+        });
+        for t in killed {
+            let next = accepted.get(t.key.as_str()).and_then(|ticks| {
+                ticks
+                    .iter()
+                    .filter(|k| k.token > t.token && k.acked > f.start)
+                    .map(|k| k.acked - f.start)
+                    .min()
+            });
+            match next {
+                Some(d) => took.push(d),
+                None => never += 1,
+            }
+        }
+    }
+    if took.is_empty() && never == 0 {
+        return String::new();
+    }
+    took.sort_unstable();
+    format!(
+        "leaders killed: {}: a newer term ticked after median {:.1} ms, longest {:.1} ms (leases up to {} ms){}\n",
+        took.len() + never,
+        quantile(&took, 50),
+        quantile(&took, 100),
+        crate::election_worker::LEASES_MS.iter().max().unwrap_or(&0),
+        if never > 0 {
+            format!("; {never} with no newer term")
+        } else {
+            String::new()
+        }
+    )
 }

@@ -256,12 +256,10 @@ async fn run_campaign(seat: Seat, c: Campaign, mut terms: Rng) {
         _ => Box::pin(worker::second().lead(&seat.key, options, f)),
     };
     let limit = seat.until.saturating_duration_since(Instant::now()) + Duration::from_secs(2);
-    match tokio::time::timeout(limit, lead).await {
-        Ok(Err(e)) => {
-            eprintln!("worker {} task {}: lead: {e}", seat.proc, seat.task);
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        Ok(Ok(())) | Err(_) => {}
+    // Past the limit the campaign is dropped (the run is over).
+    if let Ok(Err(e)) = tokio::time::timeout(limit, lead).await {
+        eprintln!("worker {} task {}: lead: {e}", seat.proc, seat.task);
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let handles = std::mem::take(&mut *spawned.lock().unwrap_or_else(|e| e.into_inner()));
     for handle in handles {

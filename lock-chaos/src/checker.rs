@@ -77,6 +77,11 @@
 //! 10. Kinds stay apart (`crate::kinds`): no call fails with
 //!     `KindMismatch` on a key that the workload keeps to kinds that can
 //!     share it.
+//!
+//! Rules 11 to 15 are the election mode's, on its terms and ticks
+//! (`crate::election_rules`): ticks in Redis order, terms' tokens rise, no
+//! stale tick after a newer term's, hand-over within 1 s of a
+//! resignation, many terms.
 
 use std::collections::HashMap;
 
@@ -307,6 +312,7 @@ pub fn check(history: &History, limits: &Limits) -> Vec<Violation> {
     out.extend(crate::kinds::permits(&ix));
     out.extend(crate::kinds::fair_order(&ix, limits));
     out.extend(crate::kinds::kinds_apart(&ix));
+    out.extend(crate::election_rules::check(history, limits));
     out.sort_by_key(|v| (v.at, v.rule));
     out
 }

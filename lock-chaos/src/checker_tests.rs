@@ -500,5 +500,6 @@ fn unclean_holders_and_refused_grants_explain_rule_7() {
     assert_eq!(rules(&rule_7(&h)), vec![7]);
 }
 
+mod election;
 mod kinds;
 mod multi;

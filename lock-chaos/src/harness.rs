@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::checker;
+use crate::election_run;
 use crate::failover;
 use crate::faults::{self, Node};
 use crate::history::{Fault, History};
@@ -91,6 +92,10 @@ pub struct RunConfig {
     pub lock_kinds: bool,
     /// The share of top-level operations that are multi-key calls (%).
     pub multi: u64,
+    /// Whether the workers campaign for leadership on the election keys
+    /// instead ([`crate::election_worker`]), with faults of the worker
+    /// processes beside the deployment's ([`crate::election_run`]).
+    pub election: bool,
 }
 
 /// What a run found.
@@ -127,31 +132,62 @@ async fn start_nodes(dir: &TempDir, n: usize, workers: u32) -> std::io::Result<V
     Ok(nodes)
 }
 
+/// The workers' key prefix in `mode`.
+fn prefix(mode: Mode) -> String {
+    match mode {
+        Mode::Cluster => topology::cluster_prefix(),
+        mode => format!("lock:{}:", mode.as_str()),
+    }
+}
+
 fn spawn_worker(
     cfg: &RunConfig,
     proc: u32,
     urls: &str,
     dir: &TempDir,
 ) -> std::io::Result<tokio::process::Child> {
+    spawn_worker_as(cfg, proc, urls, dir, (cfg.run_ms, 0))
+}
+
+/// Starts worker `proc` to make calls for `run_ms`, in its `life`th start
+/// (after `life` kills): a worker started again appends to its history
+/// and stderr, after a newline that ends a line its killed self may have
+/// left half written.
+fn spawn_worker_as(
+    cfg: &RunConfig,
+    proc: u32,
+    urls: &str,
+    dir: &TempDir,
+    (run_ms, life): (u64, u32),
+) -> std::io::Result<tokio::process::Child> {
     let exe = std::env::current_exe()?;
     let out = dir.path().join(format!("worker{proc}.history"));
-    let err = std::fs::File::create(dir.path().join(format!("worker{proc}.stderr")))?;
-    let prefix = match cfg.mode {
-        Mode::Cluster => topology::cluster_prefix(),
-        mode => format!("lock:{}:", mode.as_str()),
-    };
+    let err = std::fs::OpenOptions::new()
+        .create(true)
+        .append(life > 0)
+        .write(true)
+        .truncate(life == 0)
+        .open(dir.path().join(format!("worker{proc}.stderr")))?;
+    if life > 0 {
+        use std::io::Write;
+        let mut history = std::fs::OpenOptions::new().append(true).open(&out)?;
+        history.write_all(b"\n")?;
+    }
+    let prefix = prefix(cfg.mode);
     tokio::process::Command::new(exe)
         .arg("worker")
         .args(["--proc", &proc.to_string(), "--seed", &cfg.seed.to_string()])
         .args(["--tasks", &cfg.tasks.to_string(), "--urls", urls])
         .args(["--deploy", cfg.mode.as_str()])
-        .args(["--prefix", &prefix, "--run-ms", &cfg.run_ms.to_string()])
+        .args(["--prefix", &prefix, "--run-ms", &run_ms.to_string()])
         .args([
             "--distinct-siblings",
             if cfg.distinct_siblings { "1" } else { "0" },
         ])
         .args(["--lock-kinds", if cfg.lock_kinds { "1" } else { "0" }])
         .args(["--multi", &cfg.multi.to_string()])
+        .args(["--election", if cfg.election { "1" } else { "0" }])
+        .args(["--life", &life.to_string()])
         .arg("--out")
         .arg(out)
         .stdin(Stdio::null())
@@ -190,6 +226,36 @@ fn schedule_faults(
         })
         .collect();
     (windows, handles)
+}
+
+/// Waits for the workers; in the election mode, runs the workers' own
+/// faults first (a killed worker is started again on `links[proc]`).
+/// The workers' fault windows.
+async fn workers_done(
+    cfg: &RunConfig,
+    mut children: Vec<tokio::process::Child>,
+    links: &[String],
+    dir: &TempDir,
+) -> Vec<Fault> {
+    if !cfg.election {
+        wait_workers(cfg, &mut children).await;
+        return Vec::new();
+    }
+    let plan = election_run::plan(cfg.seed, cfg.run_ms, cfg.workers);
+    let spawn = |proc: u32, run_ms: u64, life: u32| {
+        spawn_worker_as(cfg, proc, &links[proc as usize], dir, (run_ms, life))
+    };
+    election_run::drive(cfg.run_ms, &plan, children, spawn).await
+}
+
+/// A list on a replicated deployment: from the master the sentinels name,
+/// or the cluster node that serves it (the others answer `MOVED`).
+fn read_list(rep: &Replicated, list: &str) -> Option<Vec<u64>> {
+    let named = rep.named_master().and_then(|port| rep.node_on(port));
+    let order = named.into_iter().chain(0..rep.data.len());
+    order
+        .filter(|&i| rep.topology == Topology::Cluster || Some(i) == named)
+        .find_map(|i| election_run::lrange(&rep.data[i].lock().expect("server"), list).ok())
 }
 
 /// Waits for the workers (bounded: killed by pid past the run + 30 s).
@@ -231,16 +297,18 @@ pub async fn run(cfg: &RunConfig) -> std::io::Result<RunResult> {
     let dir = TempDir::try_new(&format!("chaos-{}", cfg.mode.as_str()))?;
     let nodes = start_nodes(&dir, if redlock { 5 } else { 1 }, cfg.workers).await?;
     let mut children = Vec::new();
+    // Each worker has its own link (proxy) to each node.
+    let links: Vec<String> = (0..cfg.workers as usize)
+        .map(|proc| {
+            let urls: Vec<String> = nodes.iter().map(|n| n.proxies[proc].url()).collect();
+            urls.join(",")
+        })
+        .collect();
     for proc in 0..cfg.workers {
-        // Each worker has its own link (proxy) to each node.
-        let urls: Vec<String> = nodes
-            .iter()
-            .map(|n| n.proxies[proc as usize].url())
-            .collect();
-        children.push(spawn_worker(cfg, proc, &urls.join(","), &dir)?);
+        children.push(spawn_worker(cfg, proc, &links[proc as usize], &dir)?);
     }
     let (windows, handles) = schedule_faults(cfg, &nodes);
-    wait_workers(cfg, &mut children).await;
+    let worker_faults = workers_done(cfg, children, &links, &dir).await;
     for handle in handles {
         let abort = handle.abort_handle();
         if tokio::time::timeout(Duration::from_secs(10), handle)
@@ -252,7 +320,16 @@ pub async fn run(cfg: &RunConfig) -> std::io::Result<RunResult> {
     }
     let (mut history, worker_errors) = collect(cfg, &dir);
     history.faults = windows.lock().expect("faults").clone();
+    history.faults.extend(worker_faults);
     history.faults.sort_by_key(|f| f.start);
+    if cfg.election {
+        let server = nodes[0].server.clone();
+        history.election.lists = tokio::task::block_in_place(|| {
+            election_run::lists(&prefix(cfg.mode), |list| {
+                election_run::lrange(&server.lock().expect("server"), list).ok()
+            })
+        });
+    }
     let violations = checker::check(&history, &cfg.mode.limits());
     drop(nodes);
     Ok(RunResult {
@@ -288,11 +365,22 @@ async fn run_replicated(cfg: &RunConfig) -> std::io::Result<RunResult> {
     let steps = failover::plan(cfg.seed, cfg.run_ms, &cfg.kinds);
     let started = std::time::Instant::now();
     let faults = tokio::spawn(failover::run(rep.clone(), steps, started, cfg.run_ms));
-    wait_workers(cfg, &mut children).await;
+    let links = vec![urls; cfg.workers as usize];
+    let worker_faults = workers_done(cfg, children, &links, &dir).await;
     // The last fault ends within its settle limits (about a minute).
     let applied = faults.await.unwrap_or_default();
     let (mut history, worker_errors) = collect(cfg, &dir);
     history.faults = applied.iter().map(|a| a.fault.clone()).collect();
+    history.faults.extend(worker_faults);
+    history.faults.sort_by_key(|f| f.start);
+    if cfg.election {
+        let (prefix, rep) = (prefix(cfg.mode), rep.clone());
+        history.election.lists = tokio::task::spawn_blocking(move || {
+            election_run::lists(&prefix, |l| read_list(&rep, l))
+        })
+        .await
+        .unwrap_or_default();
+    }
     let notes = applied
         .into_iter()
         .map(|a| {

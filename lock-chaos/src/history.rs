@@ -27,8 +27,12 @@
 //!   resume after a sleep), and `fencing_token()` there was `token` (0:
 //!   none).
 //! - `F kind target start end`: a fault window.
+//! - `T`, `K`, `E`, `L`: the election mode's terms, ticks, term ends and
+//!   lists ([`crate::election`]).
 
 use std::fmt;
+
+use crate::election::Records;
 
 /// How a locked call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -438,6 +442,8 @@ pub struct History {
     pub nestings: Vec<Nesting>,
     /// The resumes recorded in bodies.
     pub resumes: Vec<Resume>,
+    /// The election mode's records.
+    pub election: Records,
     /// Lines that did not parse (a worker killed mid-line).
     pub bad_lines: usize,
 }
@@ -453,6 +459,7 @@ impl History {
             .chain(self.nestings.iter().map(Nesting::line))
             .chain(self.resumes.iter().map(Resume::line))
             .chain(self.faults.iter().map(Fault::line))
+            .chain(std::iter::once(self.election.to_text()))
             .collect()
     }
 
@@ -461,6 +468,7 @@ impl History {
         let calls = self.calls.iter().map(|c| c.start);
         calls
             .chain(self.faults.iter().map(|f| f.start))
+            .chain(self.election.origin())
             .min()
             .unwrap_or(0)
     }
@@ -531,6 +539,7 @@ impl History {
                 start: n(3)?,
                 end: n(4)?,
             }),
+            ("T" | "K" | "E" | "L", _) => return self.election.parse(&f),
             _ => return None,
         }
         Some(())

@@ -69,7 +69,7 @@ impl Default for Limits {
 /// One broken rule.
 #[derive(Debug, Clone)]
 pub struct Violation {
-    /// 1 to 10.
+    /// 1 to 15 (11 to 15: the election mode's).
     pub rule: u8,
     /// The key.
     pub key: String,

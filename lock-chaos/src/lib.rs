@@ -10,6 +10,11 @@ pub mod checker;
 #[cfg(test)]
 mod checker_tests;
 pub mod clock;
+pub mod election;
+pub mod election_report;
+pub mod election_rules;
+pub mod election_run;
+pub mod election_worker;
 pub mod failover;
 pub mod faults;
 pub mod harness;

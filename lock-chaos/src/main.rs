@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use lock_chaos::checker;
+use lock_chaos::election_report;
 use lock_chaos::faults::{self, Kind, KINDS, REPLICATED_KINDS};
 use lock_chaos::harness::{self, Mode, RunConfig};
 use lock_chaos::history::History;
@@ -14,7 +15,7 @@ use lock_chaos::worker::{self, WorkerArgs};
 
 const USAGE: &str = "usage: lock-chaos [--minutes N | --seconds N] [--seed S] \
 [--mode single|redlock|both|cluster|sentinel|all] [--workers N] [--tasks N] [--show N] [--history DIR]
-       [--faults KIND,KIND,...|none] [--distinct-siblings] [--kinds] [--multi PCT]
+       [--faults KIND,KIND,...|none] [--distinct-siblings] [--kinds] [--multi PCT] [--election]
        lock-chaos check FILE [--show N]";
 
 /// The harness's options.
@@ -33,6 +34,8 @@ struct Cli {
     lock_kinds: bool,
     /// `--multi`: the share of operations that are multi-key calls (%).
     multi: u64,
+    /// `--election`: the workers campaign for leadership instead.
+    election: bool,
 }
 
 fn value(args: &[String], i: usize) -> Result<&str, String> {
@@ -60,6 +63,7 @@ fn parse_cli(args: &[String]) -> Result<Cli, String> {
         distinct_siblings: false,
         lock_kinds: false,
         multi: multi::DEFAULT_PERCENT,
+        election: false,
     };
     let mut i = 0;
     while i < args.len() {
@@ -84,6 +88,11 @@ fn parse_cli(args: &[String]) -> Result<Cli, String> {
                 i += 1;
                 continue;
             }
+            "--election" => {
+                cli.election = true;
+                i += 1;
+                continue;
+            }
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
@@ -93,6 +102,12 @@ fn parse_cli(args: &[String]) -> Result<Cli, String> {
     if !modes.contains(&cli.mode.as_str()) {
         return Err(format!(
             "--mode: single, redlock, both, cluster, sentinel or all\n{USAGE}"
+        ));
+    }
+    if cli.election && cli.mode == "redlock" {
+        return Err(format!(
+            "--election: its ticks are fenced writes, which Redlock refuses (not a quorum \
+             operation); use --mode single, cluster, sentinel, both or all\n{USAGE}"
         ));
     }
     Ok(cli)
@@ -130,6 +145,8 @@ fn parse_worker(args: &[String]) -> Result<WorkerArgs, String> {
         distinct_siblings: false,
         lock_kinds: false,
         multi: 0,
+        election: false,
+        life: 0,
     };
     let mut i = 0;
     while i < args.len() {
@@ -145,6 +162,8 @@ fn parse_worker(args: &[String]) -> Result<WorkerArgs, String> {
             "--distinct-siblings" => w.distinct_siblings = value(args, i)? == "1",
             "--lock-kinds" => w.lock_kinds = value(args, i)? == "1",
             "--multi" => w.multi = num::<u64>(args, i)?.min(100),
+            "--election" => w.election = value(args, i)? == "1",
+            "--life" => w.life = num(args, i)?,
             other => return Err(format!("worker: unknown argument {other}")),
         }
         i += 2;
@@ -172,13 +191,24 @@ async fn run_mode(cli: &Cli, mode: Mode, seconds: u64) -> Result<usize, String> 
         distinct_siblings: cli.distinct_siblings,
         lock_kinds: cli.lock_kinds,
         multi: cli.multi,
+        election: cli.election,
     };
     let name = mode.as_str();
-    let workload = if cli.lock_kinds { ", lock kinds" } else { "" };
-    println!(
-        "== mode {name}: seed {} for {seconds} s, {} workers x {} tasks{workload}, {} % multi-key calls",
-        cli.seed, cli.workers, cli.tasks, cli.multi
-    );
+    if cli.election {
+        println!(
+            "== mode {name}: seed {} for {seconds} s, {} workers x {} tasks, election on {} keys",
+            cli.seed,
+            cli.workers,
+            cli.tasks,
+            lock_chaos::election::KEYS
+        );
+    } else {
+        let workload = if cli.lock_kinds { ", lock kinds" } else { "" };
+        println!(
+            "== mode {name}: seed {} for {seconds} s, {} workers x {} tasks{workload}, {} % multi-key calls",
+            cli.seed, cli.workers, cli.tasks, cli.multi
+        );
+    }
     let started = Instant::now();
     let result = harness::run(&cfg)
         .await
@@ -190,7 +220,11 @@ async fn run_mode(cli: &Cli, mode: Mode, seconds: u64) -> Result<usize, String> 
         report::findings(h, &result.violations, &label, cli.show)
     );
     if let Some(dir) = &cli.history {
-        let kinds = if cli.lock_kinds { "-kinds" } else { "" };
+        let kinds = match (cli.election, cli.lock_kinds) {
+            (true, _) => "-election",
+            (false, true) => "-kinds",
+            (false, false) => "",
+        };
         let path =
             std::path::Path::new(dir).join(format!("{name}{kinds}-seed{}.history", cli.seed));
         match std::fs::write(&path, h.to_text()) {
@@ -208,17 +242,24 @@ async fn run_mode(cli: &Cli, mode: Mode, seconds: u64) -> Result<usize, String> 
             println!("  {at:7.1} {note}");
         }
     }
-    print!("{}", report::windows(h));
+    if !cli.election {
+        print!("{}", report::windows(h));
+    }
     println!("-- summary {name} (seed {})", cli.seed);
     print!(
         "{}",
         report::summary(h, started.elapsed().as_secs_f64(), &result.violations)
     );
+    print!("{}", election_report::summary(h, &mode.limits()));
     Ok(result.violations.len())
 }
 
 async fn harness_main(cli: Cli) -> Result<usize, String> {
+    // The election mode's ticks are fenced writes, which Redlock refuses:
+    // `both` and `all` leave it out.
     let modes: &[Mode] = match cli.mode.as_str() {
+        "both" if cli.election => &[Mode::Single],
+        "all" if cli.election => &[Mode::Single, Mode::Cluster, Mode::Sentinel],
         "both" => &[Mode::Single, Mode::Redlock],
         "all" => &[Mode::Single, Mode::Redlock, Mode::Cluster, Mode::Sentinel],
         name => &[Mode::named(name).expect("checked by parse_cli")][..],
@@ -277,6 +318,7 @@ fn check_file(args: &[String]) -> i32 {
         .chain(history.calls.iter().map(|c| c.end));
     let seconds = span.max().unwrap_or(0).saturating_sub(history.origin()) as f64 / 1e9;
     print!("{}", report::summary(&history, seconds, &violations));
+    print!("{}", election_report::summary(&history, &limits));
     i32::from(!violations.is_empty())
 }
 

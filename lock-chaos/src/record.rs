@@ -18,7 +18,8 @@ pub fn init(file: File) {
     let _ = OUT.set(Mutex::new(file));
 }
 
-fn emit(line: &str) {
+/// Writes `line` (one record, with its newline) to the history file.
+pub fn emit(line: &str) {
     if let Some(out) = OUT.get() {
         let mut file = out.lock().unwrap_or_else(|e| e.into_inner());
         let _ = file.write_all(line.as_bytes());

@@ -79,6 +79,7 @@ pub fn context(ix: &Index<'_>, v: &Violation, origin: u64) -> String {
         ));
     }
     lines.extend(resumes(ix, &v.key, (from, to), origin));
+    lines.extend(crate::election_report::context(h, &v.key, v.at, (from, to)));
     for f in h.faults.iter().filter(|f| f.start <= to && f.end >= from) {
         lines.push((
             f.start,
@@ -206,9 +207,9 @@ pub fn summary(h: &History, duration_s: f64, violations: &[Violation]) -> String
     out.push_str(&nested_summary(h));
     out.push_str(&multi_summary(h));
     out.push_str(&kinds_summary(h));
-    let mut rules = [0usize; 11];
+    let mut rules = [0usize; 16];
     for v in violations {
-        rules[usize::from(v.rule).min(10)] += 1;
+        rules[usize::from(v.rule).min(15)] += 1;
     }
     let _ = writeln!(
         out,
@@ -225,6 +226,13 @@ pub fn summary(h: &History, duration_s: f64, violations: &[Violation]) -> String
         rules[9],
         rules[10]
     );
+    if !h.election.is_empty() {
+        let _ = writeln!(
+            out,
+            "election violations: ticks in Redis order {}, terms' tokens rise {}, stale ticks {}, hand-over {}, many terms {}",
+            rules[11], rules[12], rules[13], rules[14], rules[15]
+        );
+    }
     if h.bad_lines > 0 {
         let _ = writeln!(out, "unparsed lines: {}", h.bad_lines);
     }

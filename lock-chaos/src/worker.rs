@@ -46,9 +46,20 @@ pub struct WorkerArgs {
     /// The share of top-level operations that are multi-key calls
     /// ([`multi::op`], %).
     pub multi: u64,
+    /// Whether the tasks campaign for leadership instead
+    /// ([`crate::election_worker`]).
+    pub election: bool,
+    /// How many times this worker was started before in the run (a killed
+    /// worker is started again, with the next number).
+    pub life: u32,
 }
 
 static SECOND: OnceLock<LockClient> = OnceLock::new();
+
+/// The worker's second client (connected before any task runs).
+pub fn second() -> &'static LockClient {
+    SECOND.get().expect("second client")
+}
 
 /// A body's error: the lock's, or its own.
 #[derive(Debug)]
@@ -464,6 +475,10 @@ pub async fn run(args: WorkerArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let _ = SECOND.set(second);
     let until = Instant::now() + Duration::from_millis(args.run_ms);
+    if args.election {
+        crate::election_worker::run(&args, until).await;
+        return Ok(());
+    }
     let handles: Vec<_> = (0..args.tasks)
         .map(|task| tokio::spawn(task_loop(args.clone(), task, until)))
         .collect();

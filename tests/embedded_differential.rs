@@ -732,6 +732,7 @@ impl Sides {
                 commands.push(match &stored.held {
                     Held::Str(value) => redis::cmd("SET").arg(key).arg(value).clone(),
                     Held::Hash(fields) => redis::cmd("HSET").arg(key).arg(fields).clone(),
+                    Held::List(items) => redis::cmd("RPUSH").arg(key).arg(items).clone(),
                 });
             }
             if let Some(ttl) = ttl.filter(|ttl| *ttl > 0) {

@@ -26,8 +26,12 @@ use tokio::sync::Notify;
 #[derive(Default)]
 struct Slot {
     notify: Notify,
-    /// The fencing token of the last release that woke the queue: the
-    /// Redlock nodes each announce a release, and it should wake it once.
+    /// The fencing token of the last release that woke the queue, until a
+    /// waiter here asks again (see [`Ticket::asking`]): the Redlock nodes
+    /// each announce a release, and their notices should wake it once. A
+    /// notice that comes after a waiter asked again is news again: that
+    /// request may have met the same hold still on a node the release had
+    /// not reached yet, and only that node's notice tells its end.
     last_release: AtomicU64,
     /// The owner number of this client's waiter that the last fair notice
     /// named (0: none): that waiter tries, not the head. Set only while
@@ -127,7 +131,8 @@ impl Waiters {
     }
 
     /// A hold of `key` with fencing token `token` was released (0: a token
-    /// not known): the head of the queue should try, once per release.
+    /// not known): the head of the queue should try, once per release and
+    /// request (see `Slot::last_release`).
     pub(crate) fn wake_release(&self, key: &[u8], token: u64) {
         if let Some(slot) = self.slot(key) {
             if token == 0 || slot.last_release.swap(token, Ordering::AcqRel) != token {
@@ -210,6 +215,12 @@ impl Ticket {
     /// lock, so a release in between is not missed.
     pub(crate) fn notified(&self) -> tokio::sync::futures::Notified<'_> {
         self.slot.notify.notified()
+    }
+
+    /// This waiter asks for the lock now: notices of the release that
+    /// woke the line are news again from here on (see `Slot::last_release`).
+    pub(crate) fn asking(&self) {
+        self.slot.last_release.store(0, Ordering::Release);
     }
 
     /// Whom the last fair notice on this key named: `Some(true)` this
@@ -305,6 +316,22 @@ mod tests {
         wake();
         let mut cx = Context::from_waker(Waker::noop());
         notified.poll(&mut cx).is_ready()
+    }
+
+    #[test]
+    fn a_release_wakes_once_until_a_waiter_asks_again() {
+        let waiters = Arc::new(Waiters::default());
+        let waiter = waiters.join("k", 1, false);
+        assert!(hears(&waiter, || waiters.wake_release(b"k", 7)));
+        // The other Redlock nodes' notices of that release.
+        assert!(!hears(&waiter, || waiters.wake_release(b"k", 7)));
+        assert!(!hears(&waiter, || waiters.wake_release(b"k", 7)));
+        // The waiter asked, and a node the release had not reached yet
+        // refused it: that node's notice is news.
+        waiter.asking();
+        assert!(hears(&waiter, || waiters.wake_release(b"k", 7)));
+        assert!(hears(&waiter, || waiters.wake_release(b"k", 8)));
+        assert!(hears(&waiter, || waiters.wake_release(b"k", 0)));
     }
 
     #[test]

@@ -275,6 +275,7 @@ impl Line<'_> {
             if beat || fair_freed || tries((head, place.armed), timer, ticket.named()) {
                 let sent = Instant::now();
                 *self.attempts += 1;
+                ticket.asking();
                 let claim = Claim {
                     others_wait: ticket.others_wait(),
                     ..self.claim

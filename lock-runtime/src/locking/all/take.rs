@@ -124,6 +124,9 @@ impl Set<'_> {
                 let sent = Instant::now();
                 if sent >= retry_at {
                     *attempts += 1;
+                    if let Some((_, ticket)) = &line {
+                        ticket.asking();
+                    }
                     let (index, ttl) = match self.ask(&key_refs, &owner_refs, sent).await? {
                         Asked::Granted(granted) => return Ok(granted),
                         Asked::Refused { index, ttl } => (index, ttl),

@@ -65,6 +65,28 @@ async fn replicated(client: &LockClient, key: &str) {
     }
 }
 
+/// Asserts that `outcome` is `NotReplicated` on `key`, the one replica
+/// not acknowledging, after about the sync timeout (`took`).
+fn not_replicated<T: std::fmt::Debug>(outcome: Result<T, LockError>, key: &str, took: Duration) {
+    match outcome {
+        Err(LockError::NotReplicated {
+            key: named,
+            needed,
+            acked,
+            timeout,
+            ..
+        }) => {
+            assert_eq!(named, key);
+            assert_eq!((needed, acked, timeout), (1, 0, SYNC_TIMEOUT));
+        }
+        other => panic!("expected NotReplicated, got {other:?}"),
+    }
+    assert!(
+        took >= SYNC_TIMEOUT.mul_f64(0.9) && took < SYNC_TIMEOUT + Duration::from_secs(2),
+        "failed after about the timeout, not {took:?}"
+    );
+}
+
 /// The mean time of `n` uncontended lock-and-release pairs.
 async fn pair_time(client: &LockClient, n: u32) -> Duration {
     once(client, "warm-up").await.expect("warm-up");
@@ -128,24 +150,7 @@ async fn an_acquire_the_replica_does_not_acknowledge_fails_and_leaves_the_lock_f
         let _paused = replica.pause();
         once(&client, "order:1").await
     };
-    let took = started.elapsed();
-    match outcome {
-        Err(LockError::NotReplicated {
-            key,
-            needed,
-            acked,
-            timeout,
-            ..
-        }) => {
-            assert_eq!(key, "lock:order:1");
-            assert_eq!((needed, acked, timeout), (1, 0, SYNC_TIMEOUT));
-        }
-        other => panic!("expected NotReplicated, got {other:?}"),
-    }
-    assert!(
-        took >= SYNC_TIMEOUT.mul_f64(0.9) && took < SYNC_TIMEOUT + Duration::from_secs(2),
-        "failed after about the timeout, not {took:?}"
-    );
+    not_replicated(outcome, "lock:order:1", started.elapsed());
     assert!(!is_held(&master, "lock:order:1"), "the lock was released");
 
     // Resumed: it works again, for this client and another.
@@ -339,23 +344,6 @@ async fn a_fenced_write_waits_for_the_replica_and_fails_when_it_does_not_acknowl
             .run()
             .await
     };
-    let took = started.elapsed();
-    match outcome {
-        Err(LockError::NotReplicated {
-            key,
-            needed,
-            acked,
-            timeout,
-            ..
-        }) => {
-            assert_eq!(key, "account:9");
-            assert_eq!((needed, acked, timeout), (1, 0, SYNC_TIMEOUT));
-        }
-        other => panic!("expected NotReplicated, got {other:?}"),
-    }
-    assert!(
-        took >= SYNC_TIMEOUT.mul_f64(0.9) && took < SYNC_TIMEOUT + Duration::from_secs(2),
-        "failed after about the timeout, not {took:?}"
-    );
+    not_replicated(outcome, "account:9", started.elapsed());
     assert_eq!(get(&master, "{account:9}:balance").as_deref(), Some("90"));
 }

@@ -127,6 +127,18 @@ impl Keyspace {
         self.entries.get_mut(key)
     }
 
+    /// A new entry at `key` holding `data`, without expiry.
+    fn create(&mut self, key: &[u8], data: Data) -> &mut Entry {
+        let entry = Entry {
+            data,
+            expires: None,
+        };
+        self.entries
+            .entry(key.to_vec())
+            .insert_entry(entry)
+            .into_mut()
+    }
+
     fn set_expiry(&mut self, key: &[u8], at: Option<u64>) {
         if let Some(entry) = self.entries.get_mut(key) {
             entry.expires = at;
@@ -355,17 +367,7 @@ impl Keyspace {
                 ..
             }) => self.entries.get_mut(*key),
             Some(_) => return Err(WRONGTYPE.into()),
-            None if name == "hset" => {
-                let data = Data::Hash(Vec::new());
-                self.entries.insert(
-                    key.to_vec(),
-                    Entry {
-                        data,
-                        expires: None,
-                    },
-                );
-                self.entries.get_mut(*key)
-            }
+            None if name == "hset" => Some(self.create(key, Data::Hash(Vec::new()))),
             None if name == "hget" => return Ok(Value::Nil),
             None => return Ok(Value::Int(0)),
         };
@@ -421,14 +423,7 @@ impl Keyspace {
         let overflow = || "ERR increment or decrement would overflow".to_owned();
         match self.live(key) {
             None => {
-                let data = Data::Str(by.to_string().into_bytes());
-                self.entries.insert(
-                    key.to_vec(),
-                    Entry {
-                        data,
-                        expires: None,
-                    },
-                );
+                self.create(key, Data::Str(by.to_string().into_bytes()));
                 Ok(Value::Int(by))
             }
             Some(Entry {
@@ -480,17 +475,7 @@ impl Keyspace {
                 ..
             }) => self.entries.get_mut(*key),
             Some(_) => return Err(WRONGTYPE.into()),
-            None => {
-                let data = Data::List(Vec::new());
-                self.entries.insert(
-                    key.to_vec(),
-                    Entry {
-                        data,
-                        expires: None,
-                    },
-                );
-                self.entries.get_mut(*key)
-            }
+            None => Some(self.create(key, Data::List(Vec::new()))),
         };
         let Some(Entry {
             data: Data::List(list),

@@ -664,13 +664,7 @@ async fn a_campaigner_waits(server: &RedisServer, key: &str, token: u64) {
         let marked = server
             .lock_value(key)
             .is_some_and(|(fence, state, _)| fence == token && state == "w");
-        let (_, subscribers): (String, u64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(key)
-            .query(&mut server.connection())
-            .map(|mut pairs: Vec<(String, u64)>| pairs.pop().unwrap_or_default())
-            .expect("PUBSUB NUMSUB");
-        marked && subscribers > 0
+        marked && support::release_subscribers(server, key) > 0
     })
     .await;
     assert!(waits, "nobody campaigned against term {token}");

@@ -63,13 +63,7 @@ async fn campaigner_waits(env: &Env, key: &str) {
         let marked = server
             .lock_value(key)
             .is_some_and(|(_, state, _)| state == "w");
-        let (_, subscribers): (String, u64) = redis::cmd("PUBSUB")
-            .arg("NUMSUB")
-            .arg(key)
-            .query(&mut server.connection())
-            .map(|mut pairs: Vec<(String, u64)>| pairs.pop().unwrap_or_default())
-            .expect("PUBSUB NUMSUB");
-        marked && subscribers > 0
+        marked && support::release_subscribers(server, key) > 0
     })
     .await;
     assert!(waited, "the campaigner never waited for {key}");

@@ -115,6 +115,17 @@ pub async fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// How many connections listen on `key`'s release channel on `server`
+/// (`PUBSUB NUMSUB`).
+pub fn release_subscribers(server: &Server, key: &str) -> u64 {
+    redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(key)
+        .query(&mut server.connection())
+        .map(|mut pairs: Vec<(String, u64)>| pairs.pop().map_or(0, |(_, n)| n))
+        .expect("PUBSUB NUMSUB")
+}
+
 /// Which backend a behaviour test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {

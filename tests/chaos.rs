@@ -25,15 +25,6 @@ struct Worker {
     lines: tokio::task::JoinHandle<Vec<String>>,
 }
 
-fn signal(pid: u32, signal: &str) {
-    let status = std::process::Command::new("kill")
-        .arg(signal)
-        .arg(pid.to_string())
-        .status()
-        .expect("kill");
-    assert!(status.success(), "kill {signal} {pid}");
-}
-
 /// The pid that the store names as the holder, if any.
 fn holder(store: &RedisServer) -> Option<u32> {
     redis::cmd("GET")
@@ -48,11 +39,11 @@ fn holder(store: &RedisServer) -> Option<u32> {
 async fn stop_a_holder(store: &RedisServer, pids: &[u32], not: Option<u32>) -> u32 {
     for _ in 0..2000 {
         if let Some(pid) = holder(store).filter(|p| pids.contains(p) && Some(*p) != not) {
-            signal(pid, "-STOP");
+            support::signal(pid, "-STOP");
             if holder(store) == Some(pid) {
                 return pid;
             }
-            signal(pid, "-CONT");
+            support::signal(pid, "-CONT");
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
@@ -124,12 +115,12 @@ async fn chaos_run_keeps_the_balance_exact_and_refuses_stale_writes() {
     let paused = stop_a_holder(&store, &pids, None).await;
     // Well past the 600 ms lease: another worker takes the lock meanwhile.
     let resumed_after = progress_while_paused(&mut account).await;
-    signal(paused, "-CONT");
+    support::signal(paused, "-CONT");
     faults.push("SIGSTOP holder past its lease, then SIGCONT");
 
     progress(&mut account, 20).await;
     let killed = stop_a_holder(&store, &pids, Some(paused)).await;
-    signal(killed, "-KILL");
+    support::signal(killed, "-KILL");
     faults.push("SIGKILL holder");
 
     progress(&mut account, 20).await;

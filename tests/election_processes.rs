@@ -67,15 +67,6 @@ fn env_or(name: &str, default: u64) -> u64 {
     })
 }
 
-fn signal(pid: u32, signal: &str) {
-    let status = std::process::Command::new("kill")
-        .arg(signal)
-        .arg(pid.to_string())
-        .status()
-        .expect("kill");
-    assert!(status.success(), "kill {signal} {pid}");
-}
-
 /// SplitMix64: the schedule's numbers, from its seed.
 struct Rng(u64);
 
@@ -271,7 +262,7 @@ impl Fleet {
             .position(|w| w.pid == pid)
             .expect("a worker");
         let mut worker = self.workers.remove(at);
-        signal(pid, "-KILL");
+        support::signal(pid, "-KILL");
         timeout(LIMIT, worker.child.wait())
             .await
             .expect("killed in time")
@@ -358,12 +349,12 @@ async fn stop_leader(con: &mut redis::Connection, key: &str, fleet: &Fleet) -> (
     for _ in 0..100 {
         let leader = a_leader(con, key, fleet).await;
         let start = unix_ms();
-        signal(leader.pid, "-STOP");
+        support::signal(leader.pid, "-STOP");
         let still = look(con, key).leader().map(|t| (t.pid, t.token));
         if still == Some((leader.pid, leader.token)) {
             return (leader, start);
         }
-        signal(leader.pid, "-CONT");
+        support::signal(leader.pid, "-CONT");
     }
     panic!("no leader stopped while it led in 100 tries");
 }
@@ -393,7 +384,7 @@ async fn make(
             next_term(con, key, leader.token, &mut expiry_ms).await;
             // Resumed a little after the next term's first ticks.
             sleep(Duration::from_millis(rng.within(0..300))).await;
-            signal(leader.pid, "-CONT");
+            support::signal(leader.pid, "-CONT");
             start_ms
         }
         Kind::Resign => {

@@ -126,6 +126,17 @@ pub fn release_subscribers(server: &Server, key: &str) -> u64 {
         .expect("PUBSUB NUMSUB")
 }
 
+/// Sends `signal` (`-STOP`, `-CONT`, `-KILL`) to the process `pid`, by
+/// `kill`.
+pub fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(signal)
+        .arg(pid.to_string())
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
 /// Which backend a behaviour test runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {

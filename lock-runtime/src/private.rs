@@ -323,7 +323,7 @@ where
 
 /// The Lua source of the script `name` (`acquire`, `release`, `renew`,
 /// `fence`, `force_unlock`, `inspect`, `shared_acquire`, `shared_release`,
-/// `acquire_all`, `fenced_write`)
+/// `acquire_all`, `batch`, `fenced_write`)
 /// as the library sends it: for the scripts' tests and the benchmark.
 pub fn script_source(name: &str) -> Option<&'static str> {
     crate::kind::sources::ALL

@@ -33,7 +33,7 @@ use self::clock::Clock;
 use self::keyspace::Published;
 use self::shards::Shards;
 use crate::replica_sync::ReplicaSync;
-use crate::route::node::evalsha;
+use crate::route::evalsha::evalsha;
 use crate::route::{Lane, Notices, Route, ScriptCall};
 
 /// What a client on an embedded keyspace is told of each message published

@@ -11,7 +11,7 @@ use redis::{Cmd, RedisError, Script};
 
 use super::answers;
 use super::{Acquire, Claim, End, Release};
-use crate::route::{Lane, Notices, Route, ScriptCall};
+use crate::route::{Coalesce, Lane, Notices, Route, ScriptCall};
 
 /// A script that publishes a release notice, in the two forms a route may
 /// ask for (see [`Route::notices`]): as written, publishing by `PUBLISH`,
@@ -21,6 +21,8 @@ pub(super) struct ReleaseScripts {
     source: &'static str,
     plain: OnceLock<Script>,
     sharded: OnceLock<Script>,
+    /// How a plain release may go out with others (see [`Coalesce`]).
+    coalesce: Option<&'static Coalesce>,
 }
 
 impl ReleaseScripts {
@@ -30,6 +32,18 @@ impl ReleaseScripts {
             source,
             plain: OnceLock::new(),
             sharded: OnceLock::new(),
+            coalesce: None,
+        }
+    }
+
+    /// The pair for `source`, whose plain release goes out with others as
+    /// `coalesce` says.
+    pub(super) const fn coalesced(source: &'static str, coalesce: &'static Coalesce) -> Self {
+        ReleaseScripts {
+            source,
+            plain: OnceLock::new(),
+            sharded: OnceLock::new(),
+            coalesce: Some(coalesce),
         }
     }
 
@@ -87,6 +101,9 @@ pub(super) fn release_call<'a>(
     };
     // The end is at most `at_least` from now: the acquisition was before.
     call.replay = Some(end.map_or(lease, |end| lease.max(end.at_least)));
+    if route.notices() == Notices::Plain {
+        call.coalesce = scripts.coalesce.copied();
+    }
     call
 }
 

@@ -14,16 +14,30 @@ use super::calls::ReleaseScripts;
 use super::sources;
 use super::{Claim, RenewItem, Renewal};
 use crate::options::LockOptions;
-use crate::route::{millis, Lane, Route, ScriptCall};
+use crate::route::{millis, Coalesce, Lane, Route, ScriptCall};
 
 /// Takes a lock for one acquisition.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(&acquire_source()));
 /// Frees a lock held by one acquisition; publishes its notice.
-pub(super) static RELEASE: ReleaseScripts = ReleaseScripts::new(sources::RELEASE);
+pub(super) static RELEASE: ReleaseScripts =
+    ReleaseScripts::coalesced(sources::RELEASE, &COALESCE_RELEASE);
 /// Resets the leases of a batch of held locks.
 pub(crate) static RENEW: LazyLock<Script> = LazyLock::new(|| Script::new(sources::RENEW));
 /// Raises a held lock's fence (Redlock's write-back).
 static FENCE: LazyLock<Script> = LazyLock::new(|| Script::new(sources::FENCE));
+
+/// Runs acquires and releases queued at the same moment in one call.
+static BATCH: LazyLock<Script> = LazyLock::new(|| Script::new(&token_rule(sources::BATCH)));
+/// An acquire call in a batch.
+static COALESCE_ACQUIRE: Coalesce = Coalesce {
+    script: &BATCH,
+    op: "a",
+};
+/// A release call in a batch.
+static COALESCE_RELEASE: Coalesce = Coalesce {
+    script: &BATCH,
+    op: "r",
+};
 
 /// The acquire script's source.
 fn acquire_source() -> String {
@@ -47,6 +61,13 @@ pub(super) fn token_rule(source: &str) -> String {
 /// The acquire call that takes `key` for `owner` for the claim's lease;
 /// for a timed claim, one whose grant answers the node's time too.
 pub(super) fn acquire_call<'a>(key: &'a str, owner: &str, claim: Claim) -> ScriptCall<'a> {
+    let mut call = acquire_call_alone(key, owner, claim);
+    call.coalesce = Some(COALESCE_ACQUIRE);
+    call
+}
+
+/// [`acquire_call`] as it goes out alone.
+fn acquire_call_alone<'a>(key: &'a str, owner: &str, claim: Claim) -> ScriptCall<'a> {
     let lease = millis(claim.lease);
     // The waiter lease only when it is not the scripts' default, or when
     // ARGV[4] follows it.
@@ -134,6 +155,7 @@ async fn renew_batch(
         key: items[indexes[0]].key,
         cmd,
         replay: None,
+        coalesce: None,
     };
     let (renewed, synced): (Vec<i64>, bool) = match route.sync() {
         None => (route.run(&Lane::Home, &call).await?, true),

@@ -85,6 +85,7 @@ pub(crate) async fn write(
         key: &fence,
         cmd,
         replay: None,
+        coalesce: None,
     };
     let answer = match route.sync() {
         None => route.run::<Vec<Value>>(&Lane::Home, &call).await,

@@ -125,6 +125,7 @@ async fn acquire_group(
         key: keys[group[0]],
         cmd,
         replay: None,
+        coalesce: None,
     };
     let (answer, acked) = match route.sync() {
         None => (route.run::<Value>(lane, &call).await?, usize::MAX),

@@ -32,16 +32,21 @@ macro_rules! exclusive {
     };
 }
 
-/// `read.lua` and `hash.lua` at the top level, `hash_lib()` over them for
-/// the exclusive scripts, the single-key acquire scripts and the exclusive
-/// release as functions of `(KEYS, ARGV)`, then `lua/several/<name>.lua`,
-/// which calls them key by key: the rules of each key are the single-key
-/// scripts' own.
+/// `read.lua` and `hash.lua` at the top level, the server's TIME read once
+/// per call, `hash_lib()` over them for the exclusive scripts, the
+/// single-key acquire scripts and the exclusive release as functions of
+/// `(KEYS, ARGV)`, then `lua/several/<name>.lua`, which calls them key by
+/// key: the rules of each key are the single-key scripts' own.
 macro_rules! several {
     ($name:literal) => {
         concat!(
             include_str!("lua/exclusive/read.lua"),
             include_str!("lua/shared/hash.lua"),
+            "local time_once\n",
+            "local function server_time()\n",
+            "  time_once = time_once or redis.call('time')\n",
+            "  return time_once\n",
+            "end\n",
             "local function hash_lib()\n",
             include_str!("lua/shared/exports.lua"),
             "end\n",
@@ -78,6 +83,9 @@ pub(crate) const SHARED_RELEASE: &str = shared!("release");
 
 /// Takes several locks for one call, all or nothing.
 pub(crate) const ACQUIRE_ALL: &str = several!("acquire_all");
+/// Runs several unrelated acquires and releases of the exclusive lock,
+/// queued at the same moment, in one call.
+pub(crate) const BATCH: &str = several!("batch");
 
 /// A write to a resource made only for a token at least the highest that
 /// wrote it (no lock is read: it stands on its own).
@@ -85,7 +93,7 @@ pub(crate) const FENCED_WRITE: &str = include_str!("lua/fenced/write.lua");
 
 /// Every script's source by name, as the library sends it (the scripts'
 /// tests and the benchmark call them directly).
-pub(crate) const ALL: [(&str, &str); 10] = [
+pub(crate) const ALL: [(&str, &str); 11] = [
     ("acquire", ACQUIRE),
     ("release", RELEASE),
     ("renew", RENEW),
@@ -95,5 +103,6 @@ pub(crate) const ALL: [(&str, &str); 10] = [
     ("shared_acquire", SHARED_ACQUIRE),
     ("shared_release", SHARED_RELEASE),
     ("acquire_all", ACQUIRE_ALL),
+    ("batch", BATCH),
     ("fenced_write", FENCED_WRITE),
 ];

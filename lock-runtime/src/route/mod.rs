@@ -11,7 +11,9 @@
 //! this client ([`Route::subscribe`], [`Notices`]), and, inside each
 //! deployment, when the topology changed.
 
+mod batch;
 pub(crate) mod cluster;
+pub(crate) mod evalsha;
 pub(crate) mod local;
 pub(crate) mod node;
 pub(crate) mod redlock;
@@ -22,6 +24,7 @@ pub(crate) mod sentinel;
 pub(crate) mod target;
 
 use std::future::Future;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use ::redis::aio::MultiplexedConnection;
@@ -120,6 +123,25 @@ pub(crate) struct ScriptCall<'a> {
     /// `route/replay.rs`), whether it runs it by [`Route::run`] or, for a
     /// release that keeps a hold until its end, [`Route::run_synced`].
     pub replay: Option<Duration>,
+    /// Where a route may send it in one call with others queued at the
+    /// same moment (see [`Coalesce`]); `None` sends it alone.
+    pub coalesce: Option<Coalesce>,
+}
+
+/// How a script call may go out together with others: a connection that
+/// has a request in flight queues the calls that come meanwhile, and sends
+/// the queue as one call of `script` when the request is answered, so the
+/// server pays for one script call per batch (see `route/batch.rs`). A
+/// call that comes while nothing is in flight goes out at once, alone.
+///
+/// `script` takes, per call in order, its key in `KEYS`, and `op`, the
+/// count of its arguments and the arguments in `ARGV`; it answers an array
+/// of each call's own answer, or its error as a string `CODE message`.
+#[derive(Clone, Copy)]
+pub(crate) struct Coalesce {
+    pub script: &'static LazyLock<Script>,
+    /// Which script of the batch runs this call.
+    pub op: &'static str,
 }
 
 impl<'a> ScriptCall<'a> {
@@ -144,6 +166,7 @@ impl<'a> ScriptCall<'a> {
             key,
             cmd,
             replay: None,
+            coalesce: None,
         }
     }
 }

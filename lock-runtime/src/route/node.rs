@@ -5,16 +5,17 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{
     AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, ProtocolVersion, PushInfo,
-    RedisError, Script, ServerErrorKind, Value,
+    RedisError, Script, Value,
 };
 use tokio::runtime::Handle;
 
+use super::batch::Batcher;
+use super::evalsha::evalsha;
 use super::local::LocalConnections;
 use super::replicas::Replicated;
-use super::script_errors::unwrapped;
 use super::{Lane, Notices, Route, ScriptCall};
 use crate::io::polled_on;
 use crate::replica_sync::ReplicaSync;
@@ -63,6 +64,8 @@ pub(crate) struct RedisBackend {
     local: Option<Arc<LocalConnections>>,
     /// The connections of replica-synced requests, with `sync_replicas` on.
     replicated: Option<Arc<Replicated>>,
+    /// Coalescing on `commands` (see [`Batcher`]).
+    batcher: Arc<Batcher>,
 }
 
 impl RedisBackend {
@@ -127,7 +130,9 @@ impl RedisBackend {
                 ConnectionManager::new_with_config(pubsub_client, pubsub_config),
             )?
         };
+        let batcher = Batcher::new(commands.clone(), home.clone());
         Ok(RedisBackend {
+            batcher,
             commands,
             pubsub,
             client_id,
@@ -152,13 +157,18 @@ impl RedisBackend {
     }
 
     /// Runs `call` over `lane`; the script is loaded first where the
-    /// server does not know it.
+    /// server does not know it. On the client's connection, a call that
+    /// may be coalesced goes through the [`Batcher`].
     async fn run_on<T: FromRedisValue>(
         &self,
         lane: &Lane,
         call: &ScriptCall<'_>,
     ) -> Result<T, RedisError> {
         match lane {
+            Lane::Home if call.coalesce.is_some() => {
+                let coalesce = call.coalesce.expect("coalesced");
+                self.batcher.run(call, coalesce).await
+            }
             Lane::Home => {
                 let mut con = self.commands.clone();
                 polled_on(&self.home, evalsha(call.script, &call.cmd, &mut con)).await
@@ -254,25 +264,6 @@ impl RedisBackend {
         let check = super::target::check(&mut con, node, expected);
         polled_on(&self.home, check).await
     }
-}
-
-/// `cmd`, an EVALSHA of `script`, on `con`; the script is loaded first if
-/// the server does not know it (a restart, a `SCRIPT FLUSH`). An error the
-/// script raised reads by its own code on every family (see
-/// [`super::script_errors`]).
-pub(crate) async fn evalsha<T: FromRedisValue>(
-    script: &Script,
-    cmd: &Cmd,
-    con: &mut (impl ConnectionLike + Send),
-) -> Result<T, RedisError> {
-    let answer = match cmd.query_async(con).await {
-        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            script.load_async(con).await?;
-            cmd.query_async(con).await
-        }
-        answer => answer,
-    };
-    answer.map_err(unwrapped)
 }
 
 /// A release notice, as the release scripts publish it on the channel

@@ -33,7 +33,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, ConnectionAddr, ErrorKind, FromRedisValue, PushInfo, RedisError, Value};
 use tokio::runtime::Handle;
 
-use super::node::{evalsha, RedisConfig};
+use super::evalsha::evalsha;
+use super::node::RedisConfig;
 use super::replay::ReplayLog;
 use super::{Lane, Notices, Route, ScriptCall};
 use crate::io::polled_on;

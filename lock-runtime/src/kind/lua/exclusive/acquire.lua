@@ -39,7 +39,7 @@ local kept, state, holder, bad, hash = read_lock(key)
 if hash then
   local answer = hash_lib().writer_meets_hash(key, owner, ARGV[2], ARGV[3])
   if ARGV[4] and type(answer) == 'number' and answer > 0 then
-    local now = redis.call('time')
+    local now = server_time()
     return {answer, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
   end
   return answer
@@ -54,7 +54,7 @@ if kept then
     if holder == owner then
       redis.call('pexpire', key, ARGV[2])
       if ARGV[4] then
-        local now = redis.call('time')
+        local now = server_time()
         return {fence, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
       end
       return fence
@@ -65,7 +65,7 @@ if kept then
     return -2 - redis.call('pttl', key)
   end
 end
-local now = redis.call('time')
+local now = server_time()
 local token = math.max(fence + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
 if token > MAX_FENCE then
   return redis.error_reply('LOCKLAYOUT ' .. key .. ' has no fencing token left below 2^53 - 1 (its fence or the server clock is past it)')

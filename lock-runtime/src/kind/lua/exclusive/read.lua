@@ -1,6 +1,8 @@
 -- Reading a stored lock, by the one rule every script of layout 1 follows
 -- (see docs/redis-layout.md). Prepended to each script when it is built.
 --
+-- server_time() is the server's TIME, as {seconds, microseconds}.
+--
 -- read_lock(key) returns fence, state, holder, bad, hash:
 -- - nil for all when the key is absent;
 -- - hash true (the others nil) when it holds a hash: a shared kind's lock
@@ -13,6 +15,10 @@
 -- - bad, a LOCKLAYOUT error reply, when it holds anything else: another
 --   type, another state, a larger fence.
 local MAX_FENCE = 9007199254740991
+-- The server's TIME (a batch of calls reads it once: see ../several/batch.lua).
+local function server_time()
+  return redis.call('time')
+end
 local function read_lock(key)
   local value = redis.pcall('get', key)
   if not value then

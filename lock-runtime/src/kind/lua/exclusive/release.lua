@@ -41,7 +41,7 @@ if not fence or state == 'f' or holder ~= ARGV[1] then
 end
 local left = 0
 if ARGV[4] then
-  local now = redis.call('time')
+  local now = server_time()
   left = tonumber(ARGV[4]) - (tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
 end
 if left > 0 then

@@ -10,7 +10,7 @@ use redis::{
     AsyncConnectionConfig, Client, Cmd, ErrorKind, FromRedisValue, ProtocolVersion, PushInfo,
     RedisError, Script, Value,
 };
-use tokio::runtime::Handle;
+use tokio::runtime::{Handle, RuntimeFlavor};
 
 use super::batch::Batcher;
 use super::evalsha::evalsha;
@@ -66,6 +66,9 @@ pub(crate) struct RedisBackend {
     replicated: Option<Arc<Replicated>>,
     /// Coalescing on `commands` (see [`Batcher`]).
     batcher: Arc<Batcher>,
+    /// Whether `home` is a current-thread runtime: calls made on it go
+    /// alone (see [`RedisBackend::coalesces_here`]).
+    home_single: bool,
 }
 
 impl RedisBackend {
@@ -131,8 +134,10 @@ impl RedisBackend {
             )?
         };
         let batcher = Batcher::new(commands.clone(), home.clone());
+        let home_single = home.runtime_flavor() == RuntimeFlavor::CurrentThread;
         Ok(RedisBackend {
             batcher,
+            home_single,
             commands,
             pubsub,
             client_id,
@@ -165,14 +170,13 @@ impl RedisBackend {
         call: &ScriptCall<'_>,
     ) -> Result<T, RedisError> {
         match lane {
-            Lane::Home if call.coalesce.is_some() => {
-                let coalesce = call.coalesce.expect("coalesced");
-                self.batcher.run(call, coalesce).await
-            }
-            Lane::Home => {
-                let mut con = self.commands.clone();
-                polled_on(&self.home, evalsha(call.script, &call.cmd, &mut con)).await
-            }
+            Lane::Home => match call.coalesce {
+                Some(coalesce) if self.coalesces_here() => self.batcher.run(call, coalesce).await,
+                _ => {
+                    let mut con = self.commands.clone();
+                    polled_on(&self.home, evalsha(call.script, &call.cmd, &mut con)).await
+                }
+            },
             Lane::Local(runtime, con) => {
                 let answer = evalsha(call.script, &call.cmd, &mut con.clone()).await;
                 if let (Err(error), Some(local)) = (&answer, &self.local) {
@@ -181,6 +185,16 @@ impl RedisBackend {
                 answer
             }
         }
+    }
+
+    /// Whether a call made here may wait in a batch: not when it is made
+    /// on the current-thread runtime that drives the client's connection
+    /// (a client built `on_current_runtime`), where the one thread would
+    /// sit idle while a batch is in flight instead of reading the answers
+    /// of calls sent one by one.
+    fn coalesces_here(&self) -> bool {
+        !self.home_single
+            || Handle::try_current().map_or(true, |caller| caller.id() != self.home.id())
     }
 
     pub(crate) async fn subscribe(&self, key: &str) -> Result<(), RedisError> {

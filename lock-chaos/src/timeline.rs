@@ -19,7 +19,7 @@
 //!   enough bar carries its kind's letter (R, W, P, F); a hold whose call
 //!   was told `Lost` (or never reported) has a dashed outline.
 //! - Fault windows are shaded across every key, and labelled (kind and
-//!   target) in a strip above them where there is room.
+//!   target) in a strip of two rows above them where there is room.
 //! - Each violation is a red line across its key's block at its time, with
 //!   a red mark above it whose tooltip names the rule and gives its
 //!   message; the holds of that key that span that moment are outlined in
@@ -61,7 +61,7 @@ pub const MAX_MARKS: usize = 300;
 const LEFT: f64 = 150.0;
 const RIGHT: f64 = 20.0;
 const TOP: f64 = 62.0;
-const STRIP: f64 = 16.0;
+const STRIP: f64 = 22.0;
 const LANE: f64 = 10.0;
 const LANE_GAP: f64 = 2.0;
 const KEY_GAP: f64 = 8.0;
@@ -434,7 +434,8 @@ fn bar_svg(out: &mut String, bar: &Bar, holds: &[Hold], y: f64, origin: u64) {
             class.push_str(name);
         }
     }
-    let width = (bar.x1 - bar.x0).max(1.0);
+    // At least a pixel; 3 when outlined, so that the outline shows.
+    let width = (bar.x1 - bar.x0).max(if bar.hit { 3.0 } else { 1.0 });
     let title = if bar.n == 1 {
         esc(&hold.title)
     } else {
@@ -473,7 +474,7 @@ fn faults_svg(out: &mut String, h: &History, sc: &Scale, bottom: f64) -> usize {
         .collect();
     let gap = merge_gap(MAX_MARKS, |g| merge(&spans, g).len());
     let groups = merge(&spans, gap);
-    let mut label_end = 0.0;
+    let mut label_end = [0.0; 2];
     for &(first, n, x0, x1) in &groups {
         let f = faults[first];
         let (label, title) = if n == 1 {
@@ -507,15 +508,16 @@ fn faults_svg(out: &mut String, h: &History, sc: &Scale, bottom: f64) -> usize {
             bottom - TOP,
             esc(&title)
         );
-        if x0 >= label_end {
+        // On the first of the strip's two rows with room.
+        if let Some(row) = label_end.iter().position(|&end| x0 >= end) {
             let _ = writeln!(
                 out,
                 r#"<text class="fl" x="{:.1}" y="{:.0}">{}</text>"#,
                 x0 + 1.0,
-                TOP + STRIP - 5.0,
+                TOP + 9.0 + 10.0 * row as f64,
                 esc(&label)
             );
-            label_end = x0 + 6.0 * label.chars().count() as f64 + 8.0;
+            label_end[row] = x0 + 5.5 * label.chars().count() as f64 + 6.0;
         }
     }
     groups.len()

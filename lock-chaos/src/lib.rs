@@ -28,5 +28,6 @@ pub mod record;
 pub mod reentry;
 pub mod report;
 pub mod rng;
+pub mod timeline;
 pub mod topology;
 pub mod worker;

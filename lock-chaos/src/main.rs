@@ -11,12 +11,14 @@ use lock_chaos::history::History;
 use lock_chaos::index::Limits;
 use lock_chaos::multi;
 use lock_chaos::report;
+use lock_chaos::timeline;
 use lock_chaos::worker::{self, WorkerArgs};
 
 const USAGE: &str = "usage: lock-chaos [--minutes N | --seconds N] [--seed S] \
 [--mode single|redlock|both|cluster|sentinel|all] [--workers N] [--tasks N] [--show N] [--history DIR]
        [--faults KIND,KIND,...|none] [--distinct-siblings] [--kinds] [--multi PCT] [--election]
-       lock-chaos check FILE [--show N]";
+       [--timeline FILE.svg]
+       lock-chaos check FILE [--show N] [--timeline FILE.svg]";
 
 /// The harness's options.
 struct Cli {
@@ -36,6 +38,8 @@ struct Cli {
     multi: u64,
     /// `--election`: the workers campaign for leadership instead.
     election: bool,
+    /// `--timeline`: where to draw each mode's history as an SVG.
+    timeline: Option<String>,
 }
 
 fn value(args: &[String], i: usize) -> Result<&str, String> {
@@ -64,6 +68,7 @@ fn parse_cli(args: &[String]) -> Result<Cli, String> {
         lock_kinds: false,
         multi: multi::DEFAULT_PERCENT,
         election: false,
+        timeline: None,
     };
     let mut i = 0;
     while i < args.len() {
@@ -76,6 +81,7 @@ fn parse_cli(args: &[String]) -> Result<Cli, String> {
             "--tasks" => cli.tasks = num(args, i)?,
             "--show" => cli.show = num(args, i)?,
             "--history" => cli.history = Some(value(args, i)?.to_owned()),
+            "--timeline" => cli.timeline = Some(value(args, i)?.to_owned()),
             "--faults" => cli.kinds = Some(parse_kinds(value(args, i)?)?),
             "--multi" => cli.multi = num::<u64>(args, i)?.min(100),
             "--distinct-siblings" => {
@@ -171,8 +177,51 @@ fn parse_worker(args: &[String]) -> Result<WorkerArgs, String> {
     Ok(w)
 }
 
-/// Runs one mode, prints its findings; the number of violations.
-async fn run_mode(cli: &Cli, mode: Mode, seconds: u64) -> Result<usize, String> {
+/// Draws `h` and its `violations` to the SVG file `path`, and says so.
+fn write_timeline(
+    path: &str,
+    h: &History,
+    violations: &[lock_chaos::index::Violation],
+    label: &str,
+) {
+    let picture = timeline::render(h, violations, label);
+    match std::fs::write(path, &picture.svg) {
+        Ok(()) => println!(
+            "timeline written to {path}: {} bars for {} holds ({} not drawn), {} KB",
+            picture.bars,
+            picture.holds,
+            picture.left_out,
+            picture.svg.len().div_ceil(1024)
+        ),
+        Err(e) => println!("cannot write {path}: {e}"),
+    }
+}
+
+/// The timeline's file for `mode`: `path` itself when the run has one
+/// mode, else `path` with `-<mode>` before its extension.
+fn timeline_path(path: &str, mode: &str, several: bool) -> String {
+    if !several {
+        return path.to_owned();
+    }
+    let p = std::path::Path::new(path);
+    let stem = p
+        .file_stem()
+        .map_or(String::new(), |s| s.to_string_lossy().into_owned());
+    let name = match p.extension() {
+        Some(ext) => format!("{stem}-{mode}.{}", ext.to_string_lossy()),
+        None => format!("{stem}-{mode}"),
+    };
+    p.with_file_name(name).to_string_lossy().into_owned()
+}
+
+/// Runs one mode, prints its findings (and draws its timeline to
+/// `timeline`, if given); the number of violations.
+async fn run_mode(
+    cli: &Cli,
+    mode: Mode,
+    seconds: u64,
+    timeline: Option<String>,
+) -> Result<usize, String> {
     let kinds = match &cli.kinds {
         Some(kinds) => kinds
             .iter()
@@ -232,6 +281,9 @@ async fn run_mode(cli: &Cli, mode: Mode, seconds: u64) -> Result<usize, String> 
             Err(e) => println!("cannot write {}: {e}", path.display()),
         }
     }
+    if let Some(path) = timeline {
+        write_timeline(&path, h, &result.violations, &label);
+    }
     for e in &result.worker_errors {
         println!("worker stderr: {e}");
     }
@@ -273,21 +325,34 @@ async fn harness_main(cli: Cli) -> Result<usize, String> {
         } else {
             share
         };
-        found += run_mode(&cli, mode, seconds).await?;
+        let timeline = cli.timeline.as_deref();
+        let timeline = timeline.map(|p| timeline_path(p, mode.as_str(), modes.len() > 1));
+        found += run_mode(&cli, mode, seconds, timeline).await?;
     }
     Ok(found)
 }
 
-/// `check FILE [--show N]`: checks a saved history again.
+/// `check FILE [--show N] [--timeline FILE.svg]`: checks a saved history
+/// again (and draws it).
 fn check_file(args: &[String]) -> i32 {
     let Some(file) = args.first() else {
         eprintln!("{USAGE}");
         return 2;
     };
-    let show = match args.get(1).map(String::as_str) {
-        Some("--show") => num(args, 1).unwrap_or(3),
-        _ => 3,
-    };
+    let (mut show, mut timeline) = (3, None);
+    let mut i = 1;
+    while i < args.len() {
+        let parsed = match args[i].as_str() {
+            "--show" => num(args, i).map(|n| show = n),
+            "--timeline" => value(args, i).map(|v| timeline = Some(v.to_owned())),
+            other => Err(format!("check: unknown argument {other}\n{USAGE}")),
+        };
+        if let Err(e) = parsed {
+            eprintln!("{e}");
+            return 2;
+        }
+        i += 2;
+    }
     let text = match std::fs::read_to_string(file) {
         Ok(text) => text,
         Err(e) => {
@@ -311,6 +376,9 @@ fn check_file(args: &[String]) -> i32 {
     };
     let violations = checker::check(&history, &limits);
     print!("{}", report::findings(&history, &violations, file, show));
+    if let Some(path) = timeline {
+        write_timeline(&path, &history, &violations, file);
+    }
     let span = history
         .faults
         .iter()

@@ -2,7 +2,8 @@
 //! workers campaign with `lead` and tick with fenced writes, under the
 //! server's and the link's faults and their own pauses; no violation of
 //! rules 11 to 15 (nor of any other), and many terms, accepted ticks,
-//! resignations, losses and worker pauses and kills did happen.
+//! resignations, losses and worker pauses and kills did happen; its
+//! timeline (`--timeline`) draws a bar per term.
 
 use std::process::Command;
 
@@ -25,9 +26,13 @@ fn field(out: &str, label: &str, name: &str) -> u64 {
 
 #[test]
 fn short_election_run_on_one_node() {
+    let dir = lock_testkit::TempDir::new("chaos-election-timeline");
+    let svg = dir.path().join("election.svg");
     let output = Command::new(env!("CARGO_BIN_EXE_lock-chaos"))
         .args(["--seconds", "20", "--mode", "single", "--seed", "7"])
         .arg("--election")
+        .arg("--timeline")
+        .arg(&svg)
         .output()
         .expect("run lock-chaos");
     let out = String::from_utf8_lossy(&output.stdout);
@@ -60,4 +65,13 @@ fn short_election_run_on_one_node() {
     assert!(field(&out, "faults: ", "wpause") >= 2, "worker pauses");
     assert!(field(&out, "faults: ", "wkill") >= 1, "worker kills");
     assert!(number(&out, "faults: ") >= 8, "faults");
+    let drawn = format!(
+        "timeline written to {}: {terms} bars for {terms} holds (0 not drawn)",
+        svg.display()
+    );
+    assert!(out.contains(&drawn), "{drawn}");
+    let picture = std::fs::read_to_string(&svg).expect("the timeline");
+    // Each term's bar has a tooltip `pPtT term on KEY, token N: ...`.
+    let terms_drawn = picture.matches(" term on e").count() as u64;
+    assert_eq!(terms_drawn, terms, "a bar per term");
 }

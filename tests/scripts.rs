@@ -354,9 +354,15 @@ fn a_state_the_layout_does_not_define_is_no_lock_to_any_script(x: &mut Executor)
 }
 
 fn fences_that_lua_numbers_cannot_carry_exactly_are_refused(x: &mut Executor) {
-    // 2^53 + 1, the first integer a Lua number cannot hold, and 2^63, past
-    // a signed 64-bit integer.
-    for fence in ["9007199254740993", "9223372036854775808"] {
+    // 2^53, the first above the bound; 2^53 + 1, the first integer a Lua
+    // number cannot hold; 2^63, past a signed 64-bit integer; and the bound
+    // with a leading zero (the scripts never write one).
+    for fence in [
+        "9007199254740992",
+        "9007199254740993",
+        "9223372036854775808",
+        "09007199254740991",
+    ] {
         set(x, KEY, &format!("L1:{fence}:f:"));
         let answer = each_script(x, "acquire");
         assert!(

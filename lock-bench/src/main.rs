@@ -38,7 +38,7 @@ mod workloads;
 use std::process::ExitCode;
 
 use contenders::{Lockers, Who};
-use kinds::{Kind, Raw};
+use kinds::{Kind, Pattern, Raw};
 use lock_runtime::LockClient;
 use lock_testkit::ServerOptions;
 use report::{Flavor, Runs};
@@ -239,7 +239,7 @@ fn run(cfg: &Config, only: &str, current_thread_only: bool) -> Result<Vec<String
                     }
                 }
                 if only.contains('g') {
-                    let list = rotate(&Kind::ALL, run);
+                    let list = rotate(&Pattern::ALL, run);
                     let r = kinds::library_pairs(bench, &list, cfg).await?;
                     runs.g
                         .extend(list.into_iter().zip(r).map(|(k, r)| (run, k, r)));

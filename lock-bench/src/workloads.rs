@@ -199,6 +199,19 @@ pub struct Parallel {
     pub cpu: Split,
 }
 
+impl Parallel {
+    /// Redis CPU per pair, µs: INFO commandstats' time in the commands the
+    /// clients sent (see [`Commands::server_usec`]).
+    pub fn redis_us(&self) -> f64 {
+        self.commands.server_usec() as f64 / self.ops.max(1) as f64
+    }
+
+    /// The redis-server process's CPU per pair, µs (/proc, 10 ms ticks).
+    pub fn server_process_us(&self) -> f64 {
+        self.cpu.server.as_secs_f64() * 1e6 / self.ops.max(1) as f64
+    }
+}
+
 /// (b) Tasks on keys of their own (64 on 64), as fast as they can.
 pub async fn parallel(bench: &Bench, who: Who, cfg: &Config) -> Res<Parallel> {
     bench.fresh().await?;

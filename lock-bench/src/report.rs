@@ -19,7 +19,7 @@ pub enum Flavor {
 }
 
 impl Flavor {
-    fn title(self) -> &'static str {
+    pub(crate) fn title(self) -> &'static str {
         match self {
             Flavor::MultiThread => "multi-thread runtime",
             Flavor::CurrentThread => "current-thread runtime",
@@ -41,6 +41,8 @@ pub struct Runs {
     pub j: Vec<(usize, Kind, Handoff)>,
     /// (k): the embedded backend, one entry per run.
     pub k: Vec<crate::embedded::Embedded>,
+    /// (m): memory after churn, once.
+    pub m: Vec<crate::churn::Churn>,
 }
 
 impl Runs {
@@ -90,7 +92,11 @@ impl Runs {
 }
 
 /// The median over runs of `f` for the rows of `who`.
-fn med<K: PartialEq + Copy, T>(rows: &[(usize, K, T)], who: K, f: impl Fn(&T) -> f64) -> f64 {
+pub(crate) fn med<K: PartialEq + Copy, T>(
+    rows: &[(usize, K, T)],
+    who: K,
+    f: impl Fn(&T) -> f64,
+) -> f64 {
     let v: Vec<f64> = rows
         .iter()
         .filter(|r| r.1 == who)
@@ -108,7 +114,7 @@ fn worst<K: PartialEq + Copy, T>(rows: &[(usize, K, T)], who: K, f: impl Fn(&T) 
 }
 
 /// The median over runs of `f(who) / f(base)`, both from the same run.
-fn ratio<K: PartialEq + Copy, T>(
+pub(crate) fn ratio<K: PartialEq + Copy, T>(
     rows: &[(usize, K, T)],
     who: K,
     base: K,
@@ -163,7 +169,7 @@ fn cpu_of<K: PartialEq + Copy, T>(
     format!("{client:.0} / {server:.0} ({inside:.0}) µs")
 }
 
-fn us(seconds: f64) -> String {
+pub(crate) fn us(seconds: f64) -> String {
     if seconds.is_nan() {
         return "-".into();
     }
@@ -181,7 +187,7 @@ fn secs(d: Duration) -> f64 {
     d.as_secs_f64()
 }
 
-fn x(r: f64) -> String {
+pub(crate) fn x(r: f64) -> String {
     if r.is_nan() {
         "-".into()
     } else {
@@ -488,6 +494,7 @@ pub fn render(cfg: &Config, runs: &Runs) -> String {
     }
     out.push_str(&render_kinds(cfg, runs));
     out.push_str(&crate::embedded::render(&runs.k));
+    out.push_str(&crate::churn::render(&runs.m, cfg));
     out
 }
 

@@ -246,3 +246,55 @@ pub fn render(runs: &[Churn], cfg: &Config) -> String {
     );
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contenders::Lockers;
+    use lock_runtime::LockClient;
+    use lock_testkit::Server;
+
+    /// A short churn on a real server: every key taken and released once,
+    /// the freed keys there right after with the rest of their lease, and
+    /// gone within the lease (and the bound) after.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_churn_leaves_its_freed_keys_for_their_lease_then_none() {
+        let server = Server::tcp(&[]);
+        let url = server.url();
+        let admin = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let bench = Bench {
+            lockers: Lockers::connect(&url).await.unwrap(),
+            client: LockClient::connect(&url).await.unwrap(),
+            admin,
+            server_pid: server.pid().unwrap(),
+            others: Vec::new(),
+        };
+        let mut cfg = Config::smoke();
+        cfg.m_time = Duration::from_millis(300);
+        cfg.m_lease = Some(Duration::from_secs(2));
+        let m = run(&bench, &cfg).await.unwrap();
+        assert_eq!(m.keys, 300);
+        // A 2 s lease outlives a churn of 0.3 s (on a busy machine, of up
+        // to a few seconds: then the first keys may be gone already).
+        assert!(
+            m.left_after > 0 && m.left_after <= 300,
+            "{} keys left",
+            m.left_after
+        );
+        assert!(m.dbsize_after >= m.left_after);
+        assert!(
+            m.last_pttl_ms > 0 && m.last_pttl_ms <= 2_000,
+            "PTTL {}",
+            m.last_pttl_ms
+        );
+        let gone = m.gone_after.expect("the keys outlived the lease + 5 s");
+        assert!(gone <= Duration::from_secs(7), "gone after {gone:?}");
+        assert_eq!(m.left_at_end, 0);
+        let text = render(&[m], &cfg);
+        assert!(text.contains("a 2.0 s lease (short"), "{text}");
+    }
+}

@@ -152,7 +152,12 @@ pub fn version(bin: &Path, name: &str) -> String {
         .ok()
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
-    // "Redis server v=7.0.15 sha=..." / "Valkey server v=9.1.2 ..."
+    version_in(&said, name)
+}
+
+/// The product and version in a server's `--version` line, "Redis server
+/// v=7.0.15 sha=..." or "Valkey server v=9.1.2 ...", or `name`.
+fn version_in(said: &str, name: &str) -> String {
     let mut words = said.split_whitespace();
     match (words.next(), words.next(), words.next()) {
         (Some(product), Some("server"), Some(v)) if v.starts_with("v=") => {
@@ -401,4 +406,35 @@ pub fn render(families: &[FamilyRun]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_runs_figures_come_back_as_written() {
+        let m = Measured {
+            a: vec![
+                (0, (Who::Floor, Flavor::MultiThread), 157e-6),
+                (1, (Who::LibraryLocal, Flavor::CurrentThread), 4.25e-5),
+            ],
+            b: vec![(2, (Who::Rslock, Flavor::MultiThread), (105_645.5, 1.75))],
+        };
+        let back = Measured::parse(&m.to_lines()).unwrap();
+        assert_eq!(back.a, m.a);
+        assert_eq!(back.b, m.b);
+        assert!(Measured::parse("a nobody 0 0 1.0").is_err());
+        assert!(Measured::parse("b floor 0 0 1.0").is_err());
+        assert!(Measured::parse("c floor 0 0 1.0").is_err());
+    }
+
+    #[test]
+    fn a_servers_version_line_names_its_family() {
+        let redis = "Redis server v=7.0.15 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64";
+        assert_eq!(version_in(redis, "Redis 7.0"), "Redis 7.0.15");
+        let valkey = "Valkey server v=9.1.2 sha=00000000:0 malloc=jemalloc-5.3.0 bits=64";
+        assert_eq!(version_in(valkey, "Valkey 9.1"), "Valkey 9.1.2");
+        assert_eq!(version_in("", "Redis 6.2"), "Redis 6.2");
+    }
 }

@@ -772,6 +772,42 @@ fn out_of_order(calls: &[Call], margin: Duration) -> (u64, u64) {
 mod tests {
     use super::*;
 
+    /// (g)'s patterns do what they are named for, in the script calls they
+    /// are weighed by: two keys in one acquire and a release each; a
+    /// fenced write between the acquire and the release.
+    #[tokio::test]
+    async fn the_patterns_take_their_keys_and_write_in_three_script_calls() {
+        let server = lock_testkit::Server::tcp(&[]);
+        let url = server.url();
+        let client = LockClient::connect(&url).await.unwrap();
+        let mut admin = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        for pattern in [Pattern::TwoKeys, Pattern::FencedWrite] {
+            // The first pair loads the scripts.
+            library_pair(&client, pattern).await.unwrap();
+            Commands::reset(&mut admin).await.unwrap();
+            library_pair(&client, pattern).await.unwrap();
+            let commands = Commands::read(&mut admin).await.unwrap();
+            assert_eq!(commands.get("evalsha"), 3, "{pattern}: {commands:?}");
+            assert_eq!(commands.round_trips(), 3, "{pattern}: {commands:?}");
+        }
+        let written: Option<String> = redis::cmd("GET")
+            .arg(FENCED_RESOURCE)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(written.as_deref(), Some("v"));
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("lock:g:two:*")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(keys.len(), 2, "{keys:?}");
+    }
+
     fn calls(spec: &[(u64, u64)]) -> Vec<Call> {
         let t0 = Instant::now();
         let ms = Duration::from_millis;

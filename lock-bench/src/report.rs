@@ -558,7 +558,7 @@ fn render_kinds(cfg: &Config, runs: &Runs) -> String {
              multi-thread runtime ({} pairs per run)\n",
             cfg.g_pairs
         );
-        let _ = writeln!(o, "| kind | p50 | p99 | round trips per pair (commands) | Redis CPU per pair (INFO cpu) | vs plain: median (each run) | Redis time in commands per pair (commandstats) | vs plain: median (each run) | client CPU per pair |");
+        let _ = writeln!(o, "| kind or pattern | p50 | p99 | round trips per pair (commands) | Redis CPU per pair (INFO cpu) | vs plain: median (each run) | Redis time in commands per pair (commandstats) | vs plain: median (each run) | client CPU per pair |");
         let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|");
         let plain = Pattern::PLAIN;
         for kind in Pattern::ALL {

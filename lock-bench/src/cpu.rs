@@ -71,7 +71,7 @@ pub fn context_switches() -> u64 {
         .sum()
 }
 
-/// "2 cores, <CPU model>", from /proc/cpuinfo: the machine a chart was
+/// `2 cores, <CPU model>`, from /proc/cpuinfo: the machine a chart was
 /// drawn on.
 pub fn machine() -> String {
     let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();

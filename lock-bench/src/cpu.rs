@@ -70,3 +70,15 @@ pub fn context_switches() -> u64 {
         })
         .sum()
 }
+
+/// `2 cores, <CPU model>`, from /proc/cpuinfo: the machine a chart was
+/// drawn on.
+pub fn machine() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = info
+        .lines()
+        .find_map(|l| l.strip_prefix("model name")?.split_once(':'))
+        .map_or("unknown CPU", |(_, m)| m.trim());
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    format!("{cores} cores, {model}")
+}

@@ -1,6 +1,7 @@
 //! The lock kinds (read, permits, fair) side by side with the plain lock,
 //! in one run:
-//! - (g) uncontended pairs (acquire + release) through the library;
+//! - (g) uncontended pairs (acquire + release) through the library, and
+//!   two patterns of the plain lock: two keys in one call, a fenced write;
 //! - (h) the same pairs as raw script calls, with the plain lock's scripts
 //!   from before the kinds, so that old and new are weighed in one run;
 //! - (i) 8 readers and a writer on one key;
@@ -12,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use lock_runtime::{LockError, LockMode, LockOptions};
+use lock_runtime::{LockClient, LockError, LockMode, LockOptions};
 use redis::aio::MultiplexedConnection;
 use redis::{Script, Value};
 use tokio::time::Instant;
@@ -51,8 +52,6 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 4] = [Kind::Plain, Kind::Read, Kind::Permits, Kind::Fair];
-
     pub fn options(self) -> LockOptions {
         match self {
             Kind::Plain => LockOptions::new(),
@@ -84,6 +83,56 @@ impl fmt::Display for Kind {
 }
 
 // ---------------------------------------------------------------- (g), (h)
+
+/// What (g) weighs: a lock kind's uncontended pair, or a pattern of use of
+/// the plain lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pattern {
+    /// A call on one key of this kind.
+    Kind(Kind),
+    /// One call holding two keys (`run_locked_all`), plain locks.
+    TwoKeys,
+    /// A plain lock whose body makes one fenced write (`fenced_write`, one
+    /// `SET`): acquire + write + release.
+    FencedWrite,
+}
+
+/// The resource that (g)'s fenced write sets (its fence key is
+/// `{g:fenced:resource}:fence`).
+const FENCED_RESOURCE: &str = "g:fenced:resource";
+
+impl Pattern {
+    pub const PLAIN: Pattern = Pattern::Kind(Kind::Plain);
+    pub const ALL: [Pattern; 6] = [
+        Pattern::PLAIN,
+        Pattern::Kind(Kind::Read),
+        Pattern::Kind(Kind::Permits),
+        Pattern::Kind(Kind::Fair),
+        Pattern::TwoKeys,
+        Pattern::FencedWrite,
+    ];
+
+    /// Round trips that one uncontended pair takes by the library's design:
+    /// a script call to acquire (one for all the keys of a call) and one
+    /// to release each key, and the fenced write's own.
+    pub fn design_round_trips(self) -> f64 {
+        match self {
+            Pattern::Kind(_) => 2.0,
+            Pattern::TwoKeys => 3.0,
+            Pattern::FencedWrite => 3.0,
+        }
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Pattern::Kind(kind) => kind.fmt(f),
+            Pattern::TwoKeys => f.write_str("two keys (`run_locked_all`, plain)"),
+            Pattern::FencedWrite => f.write_str("a fenced write (plain lock, one `SET`)"),
+        }
+    }
+}
 
 /// One contender's uncontended pairs in one run.
 #[derive(Clone, Debug)]
@@ -193,19 +242,46 @@ where
     Ok(pairs)
 }
 
-/// (g) One task takes and releases a free lock of each kind again and
-/// again, on one key per kind, through the library's global client
-/// (`run_locked`); the kinds take turns (see [`interleaved`]).
-pub async fn library_pairs(bench: &Bench, kinds: &[Kind], cfg: &Config) -> Res<Vec<Pairs>> {
+/// (g) One task takes and releases a free lock of each kind, or of each
+/// pattern, again and again, on keys of its own, through the library's
+/// global client (`run_locked`, `run_locked_all`, `fenced_write`); they
+/// take turns (see [`interleaved`]).
+pub async fn library_pairs(bench: &Bench, list: &[Pattern], cfg: &Config) -> Res<Vec<Pairs>> {
     let client = &bench.client;
-    interleaved(bench, kinds, cfg.g_pairs, |kind| async move {
-        let key = format!("g:{}", kind.tag());
-        client
-            .run_locked(&key, kind.options(), async { Ok::<(), LockError>(()) })
-            .await
-            .map_err(|e| e.to_string())
+    interleaved(bench, list, cfg.g_pairs, |pattern| {
+        library_pair(client, pattern)
     })
     .await
+}
+
+/// One uncontended pair of `pattern` on `client`.
+async fn library_pair(client: &LockClient, pattern: Pattern) -> Res<()> {
+    let nothing = async { Ok::<(), LockError>(()) };
+    match pattern {
+        Pattern::Kind(kind) => {
+            let key = format!("g:{}", kind.tag());
+            client.run_locked(&key, kind.options(), nothing).await
+        }
+        Pattern::TwoKeys => {
+            client
+                .run_locked_all(["g:two:a", "g:two:b"], LockOptions::new(), nothing)
+                .await
+        }
+        Pattern::FencedWrite => {
+            let write = async {
+                client
+                    .fenced_write(FENCED_RESOURCE)
+                    .cmd("SET", [FENCED_RESOURCE], "v")
+                    .run()
+                    .await
+                    .map(drop)
+            };
+            client
+                .run_locked("g:fenced", LockOptions::new(), write)
+                .await
+        }
+    }
+    .map_err(|e| e.to_string())
 }
 
 /// The scripts of (h), called directly by EVALSHA.
@@ -695,6 +771,42 @@ fn out_of_order(calls: &[Call], margin: Duration) -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// (g)'s patterns do what they are named for, in the script calls they
+    /// are weighed by: two keys in one acquire and a release each; a
+    /// fenced write between the acquire and the release.
+    #[tokio::test]
+    async fn the_patterns_take_their_keys_and_write_in_three_script_calls() {
+        let server = lock_testkit::Server::tcp(&[]);
+        let url = server.url();
+        let client = LockClient::connect(&url).await.unwrap();
+        let mut admin = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        for pattern in [Pattern::TwoKeys, Pattern::FencedWrite] {
+            // The first pair loads the scripts.
+            library_pair(&client, pattern).await.unwrap();
+            Commands::reset(&mut admin).await.unwrap();
+            library_pair(&client, pattern).await.unwrap();
+            let commands = Commands::read(&mut admin).await.unwrap();
+            assert_eq!(commands.get("evalsha"), 3, "{pattern}: {commands:?}");
+            assert_eq!(commands.round_trips(), 3, "{pattern}: {commands:?}");
+        }
+        let written: Option<String> = redis::cmd("GET")
+            .arg(FENCED_RESOURCE)
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(written.as_deref(), Some("v"));
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg("lock:g:two:*")
+            .query_async(&mut admin)
+            .await
+            .unwrap();
+        assert_eq!(keys.len(), 2, "{keys:?}");
+    }
 
     fn calls(spec: &[(u64, u64)]) -> Vec<Call> {
         let t0 = Instant::now();

@@ -34,6 +34,11 @@ pub struct Config {
     pub i_time: Duration,
     /// (j): how long the 3 clients hand the lock round.
     pub j_time: Duration,
+    /// (m): how long keys are taken and released, how many a second, and
+    /// their lease (`None`: the library's default).
+    pub m_time: Duration,
+    pub m_rate: u32,
+    pub m_lease: Option<Duration>,
 }
 
 impl Config {
@@ -52,6 +57,9 @@ impl Config {
             g_pairs: 10_000,
             i_time: Duration::from_secs(10),
             j_time: Duration::from_secs(5),
+            m_time: Duration::from_secs(60),
+            m_rate: 1_000,
+            m_lease: None,
         }
     }
 
@@ -71,6 +79,10 @@ impl Config {
             g_pairs: 50,
             i_time: Duration::from_secs(2),
             j_time: Duration::from_millis(500),
+            m_time: Duration::from_secs(2),
+            m_rate: 1_000,
+            // The default 30 s would keep the run waiting for the keys.
+            m_lease: Some(Duration::from_millis(500)),
         }
     }
 }
@@ -197,6 +209,19 @@ pub struct Parallel {
     pub ops: u64,
     pub commands: Commands,
     pub cpu: Split,
+}
+
+impl Parallel {
+    /// Redis CPU per pair, µs: INFO commandstats' time in the commands the
+    /// clients sent (see [`Commands::server_usec`]).
+    pub fn redis_us(&self) -> f64 {
+        self.commands.server_usec() as f64 / self.ops.max(1) as f64
+    }
+
+    /// The redis-server process's CPU per pair, µs (/proc, 10 ms ticks).
+    pub fn server_process_us(&self) -> f64 {
+        self.cpu.server.as_secs_f64() * 1e6 / self.ops.max(1) as f64
+    }
 }
 
 /// (b) Tasks on keys of their own (64 on 64), as fast as they can.

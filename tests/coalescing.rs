@@ -200,3 +200,66 @@ async fn batched_calls_on_shared_keys_never_overlap() {
     let calls = evalsha_calls(&server) - before;
     println!("{calls} script calls for {} locked calls", 32 * 25);
 }
+
+/// A call dropped while its acquire waits in the queue: its give-back (sent
+/// from the client's own thread) goes out after the acquire, not before,
+/// so the key is free once both ran, long before the lease would free it.
+#[tokio::test]
+async fn a_dropped_call_s_give_back_follows_its_queued_acquire() {
+    let server = RedisServer::start();
+    let client = LockClient::connect(&server.url()).await.expect("connect");
+    let mut admin = server.connection();
+    redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(20_000)
+        .arg("WRITE")
+        .query::<()>(&mut admin)
+        .expect("CLIENT PAUSE");
+    let options = LockOptions::new().wait(Duration::ZERO);
+    let first = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .run_locked("k0", options, async { Ok::<_, LockError>(()) })
+                .await
+        }
+    });
+    assert!(
+        support::eventually(Duration::from_secs(10), || a_request_waits(&server)).await,
+        "the first call's request reached the server"
+    );
+    let (started, mut queued) = mpsc::unbounded_channel();
+    let dropped = tokio::spawn({
+        let client = client.clone();
+        async move {
+            let _ = started.send(());
+            client
+                .run_locked("k1", options, async { Ok::<_, LockError>(()) })
+                .await
+        }
+    });
+    // On this current-thread runtime, the task's first poll (which queued
+    // its acquire behind the first call) is over when its message arrives.
+    queued.recv().await.expect("the call started");
+    dropped.abort();
+    assert!(dropped.await.expect_err("aborted").is_cancelled());
+    redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query::<()>(&mut admin)
+        .expect("CLIENT UNPAUSE");
+    first.await.expect("task").expect("the first call");
+    // The dropped acquire may have taken k1; its give-back must free it,
+    // well within the 30 s lease.
+    assert!(
+        support::eventually(Duration::from_secs(10), || server
+            .owners("lock:k1")
+            .is_empty())
+        .await,
+        "k1 is left held: {:?}",
+        server.lock_value("lock:k1")
+    );
+    assert!(
+        server.lock_value("lock:k1").is_some(),
+        "the dropped acquire ran (and was given back)"
+    );
+}

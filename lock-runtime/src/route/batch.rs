@@ -66,10 +66,14 @@ impl Batcher {
 
     /// Runs `call`: at once when no call of this connection's coalescing
     /// is in flight, else in the batch that goes out when it is answered.
+    /// With `lead` false, a call that goes at once does not make later
+    /// calls wait for it (see `RedisBackend::coalesces_here`); it still
+    /// waits behind calls in flight or queued, so that it runs after them.
     pub(crate) async fn run<T: FromRedisValue>(
         self: &Arc<Self>,
         call: &ScriptCall<'_>,
         coalesce: Coalesce,
+        lead: bool,
     ) -> Result<T, RedisError> {
         let queued = {
             let mut state = self.state();
@@ -83,12 +87,12 @@ impl Batcher {
                 });
                 Some(answered)
             } else {
-                state.flying = true;
+                state.flying = lead;
                 None
             }
         };
         let Some(answered) = queued else {
-            let _lead = Lead(self);
+            let _lead = lead.then(|| Lead(self));
             let mut con = self.con.clone();
             return polled_on(&self.home, evalsha(call.script, &call.cmd, &mut con)).await;
         };

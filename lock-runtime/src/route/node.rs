@@ -171,8 +171,11 @@ impl RedisBackend {
     ) -> Result<T, RedisError> {
         match lane {
             Lane::Home => match call.coalesce {
-                Some(coalesce) if self.coalesces_here() => self.batcher.run(call, coalesce).await,
-                _ => {
+                Some(coalesce) => {
+                    let lead = self.coalesces_here();
+                    self.batcher.run(call, coalesce, lead).await
+                }
+                None => {
                     let mut con = self.commands.clone();
                     polled_on(&self.home, evalsha(call.script, &call.cmd, &mut con)).await
                 }
@@ -187,11 +190,13 @@ impl RedisBackend {
         }
     }
 
-    /// Whether a call made here may wait in a batch: not when it is made
-    /// on the current-thread runtime that drives the client's connection
-    /// (a client built `on_current_runtime`), where the one thread would
-    /// sit idle while a batch is in flight instead of reading the answers
-    /// of calls sent one by one.
+    /// Whether a call made here may make later calls wait for its answer
+    /// and go out in a batch: not when it is made on the current-thread
+    /// runtime that drives the client's connection (a client built
+    /// `on_current_runtime`, or the client's own thread, which gives back
+    /// dropped acquires), where the one thread would sit idle while a batch
+    /// is in flight instead of reading the answers of calls sent one by
+    /// one.
     fn coalesces_here(&self) -> bool {
         !self.home_single
             || Handle::try_current().map_or(true, |caller| caller.id() != self.home.id())

@@ -49,6 +49,13 @@ pub const BARE_RELEASE_SOURCE: &str = concat!(
     include_str!("../../lock-runtime/src/kind/lua/exclusive/release.lua")
 );
 
+/// Whether the library's clients coalesce their calls (see
+/// `LockClientBuilder::coalesce`): on, unless `LOCK_BENCH_CALLS_ALONE` is
+/// set, to compare the two in runs side by side.
+pub fn coalescing() -> bool {
+    std::env::var_os("LOCK_BENCH_CALLS_ALONE").is_none()
+}
+
 /// The library's own scripts, called directly, as the library builds them:
 /// the floor.
 static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(runtime_script("acquire")));
@@ -150,6 +157,7 @@ impl Lockers {
             rslock: rslock::LockManager::new(vec![url.to_owned()]),
             local: LockClient::builder()
                 .on_current_runtime()
+                .coalesce(coalescing())
                 .connect(url)
                 .await
                 .map_err(|e| e.to_string())?,

@@ -41,6 +41,9 @@
 //! - `--summary PATH` (what `--families` gives its child runs): writes (a)'s
 //!   and (b)'s figures to PATH, one line each.
 //!
+//! `LOCK_BENCH_CALLS_ALONE=1` builds the library's clients with
+//! `coalesce(false)`, to compare coalescing with calls sent alone.
+//!
 //! `LOCK_BENCH_DEBUG=1` also prints, to stderr, the waits over 50 ms in
 //! (c), the server's time per command in (b), and the families' child runs'
 //! reports.
@@ -336,7 +339,11 @@ fn run(cfg: &Config, only: &str, flavors: &[Flavor]) -> Result<Runs, String> {
             .build()
             .map_err(|e| e.to_string())?;
         let client = runtime
-            .block_on(LockClient::connect(&url))
+            .block_on(
+                LockClient::builder()
+                    .coalesce(contenders::coalescing())
+                    .connect(&url),
+            )
             .map_err(|e| e.to_string())?;
         lock_runtime::init(client.clone()).map_err(|e| e.to_string())?;
         // Each with a thread of its own, like the global client.

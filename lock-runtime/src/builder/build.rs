@@ -229,6 +229,7 @@ impl LockClientBuilder {
             client_name: Some(record.name.clone()),
             tls: tls.clone(),
             sync_replicas: self.replicas,
+            coalesce: !self.runtime.calls_alone,
         };
         // A Redlock node that is down must cost at most its timeout, and
         // fail at once when it refuses connections.
@@ -239,6 +240,7 @@ impl LockClientBuilder {
             client_name: Some(record.name.clone()),
             tls,
             sync_replicas: None,
+            coalesce: !self.runtime.calls_alone,
         };
         let lazy = self.runtime.lazy_connect;
         let connecting = Connecting {

@@ -89,6 +89,9 @@ struct RuntimeOptions {
     on_current_runtime: bool,
     lazy_connect: bool,
     client_name: Option<String>,
+    /// See [`coalesce`](LockClientBuilder::coalesce) (stored negated, so
+    /// that the default is on).
+    calls_alone: bool,
 }
 
 /// The locks: key prefix, default lease and wait, drift margin, renewal
@@ -239,6 +242,25 @@ impl LockClientBuilder {
     /// client's own timer.
     pub fn on_current_runtime(mut self) -> Self {
         self.runtime.on_current_runtime = true;
+        self
+    }
+
+    /// Whether the plain lock's acquires and releases that come while one
+    /// of this client's is in flight to the same node go out together, as
+    /// one script call, when that call is answered (default on). A call
+    /// that comes while none is in flight goes out at once either way, so
+    /// a lone call never waits; under load the server then enters one
+    /// script per batch, and the client sends one request for many calls.
+    /// Each call in a batch runs by its own script, in the order the calls
+    /// came, with its own answer or error. It applies to one node, the
+    /// Sentinel master and each Redlock node; Cluster and the embedded
+    /// backend send every call alone. Calls made on the current-thread
+    /// runtime that drives the client's connection (a client built
+    /// [`on_current_runtime`](Self::on_current_runtime) there) always go
+    /// alone. `false` sends every call alone. See
+    /// [Performance](crate::guide::performance) for what it measures.
+    pub fn coalesce(mut self, on: bool) -> Self {
+        self.runtime.calls_alone = !on;
         self
     }
 }

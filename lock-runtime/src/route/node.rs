@@ -38,6 +38,8 @@ pub(crate) struct RedisConfig {
     /// See [`crate::LockClientBuilder::sync_replicas`]; `None` adds nothing
     /// to any request.
     pub sync_replicas: Option<ReplicaSync>,
+    /// See [`crate::LockClientBuilder::coalesce`].
+    pub coalesce: bool,
 }
 
 /// Opens a client for `url`: every connection of this crate to a node or a
@@ -64,8 +66,8 @@ pub(crate) struct RedisBackend {
     local: Option<Arc<LocalConnections>>,
     /// The connections of replica-synced requests, with `sync_replicas` on.
     replicated: Option<Arc<Replicated>>,
-    /// Coalescing on `commands` (see [`Batcher`]).
-    batcher: Arc<Batcher>,
+    /// Coalescing on `commands` (see [`Batcher`]), unless turned off.
+    batcher: Option<Arc<Batcher>>,
     /// Whether `home` is a current-thread runtime: calls made on it go
     /// alone (see [`RedisBackend::coalesces_here`]).
     home_single: bool,
@@ -133,7 +135,9 @@ impl RedisBackend {
                 ConnectionManager::new_with_config(pubsub_client, pubsub_config),
             )?
         };
-        let batcher = Batcher::new(commands.clone(), home.clone());
+        let batcher = config
+            .coalesce
+            .then(|| Batcher::new(commands.clone(), home.clone()));
         let home_single = home.runtime_flavor() == RuntimeFlavor::CurrentThread;
         Ok(RedisBackend {
             batcher,
@@ -170,12 +174,12 @@ impl RedisBackend {
         call: &ScriptCall<'_>,
     ) -> Result<T, RedisError> {
         match lane {
-            Lane::Home => match call.coalesce {
-                Some(coalesce) => {
+            Lane::Home => match (call.coalesce, &self.batcher) {
+                (Some(coalesce), Some(batcher)) => {
                     let lead = self.coalesces_here();
-                    self.batcher.run(call, coalesce, lead).await
+                    batcher.run(call, coalesce, lead).await
                 }
-                None => {
+                _ => {
                     let mut con = self.commands.clone();
                     polled_on(&self.home, evalsha(call.script, &call.cmd, &mut con)).await
                 }

@@ -263,3 +263,20 @@ async fn a_dropped_call_s_give_back_follows_its_queued_acquire() {
         "the dropped acquire ran (and was given back)"
     );
 }
+
+/// With coalescing turned off, every call goes out alone, even behind one
+/// in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_built_without_coalescing_sends_every_call_alone() {
+    let server = RedisServer::start();
+    let client = LockClient::builder()
+        .coalesce(false)
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    let before = evalsha_calls(&server);
+    let results = calls_behind_a_paused_one(&server, &client, 10).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let calls = evalsha_calls(&server) - before;
+    assert!(calls >= 20, "{calls} script calls for 10 acquires and 10 releases");
+}

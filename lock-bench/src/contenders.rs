@@ -212,10 +212,14 @@ pub async fn library<F: Future<Output = ()>>(key: &str, body: F) -> Result<(), L
     Ok(())
 }
 
-/// This library with a 3 s lease, for the locks of workload (e) that the
-/// watchdog renews every second.
-#[distributed_lock(key = "<key>", lease = "3s", wait = "60s")]
-pub async fn library_held<F: Future<Output = ()>>(key: &str, body: F) -> Result<(), LockError> {
+/// This library with the lease of workload (e) (`Config::e_lease`), whose
+/// locks the watchdog renews at a third of it.
+#[distributed_lock(key = "<key>", lease = lease, wait = "60s")]
+pub async fn library_held<F: Future<Output = ()>>(
+    key: &str,
+    lease: Duration,
+    body: F,
+) -> Result<(), LockError> {
     body.await;
     Ok(())
 }

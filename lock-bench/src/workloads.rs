@@ -26,6 +26,11 @@ pub struct Config {
     pub c_time: Duration,
     pub d_ops: usize,
     pub e_locks: usize,
+    /// (e): the lease of the held locks; the watchdog renews them at a
+    /// third of it.
+    pub e_lease: Duration,
+    /// (e): how long the locks stay held once all are taken (the window
+    /// in which the renewals are counted).
     pub e_hold: Duration,
     pub e_runs: usize,
     /// (g), (h): pairs per kind per run.
@@ -46,9 +51,14 @@ impl Config {
             c_tasks: 8,
             c_time: Duration::from_secs(2),
             d_ops: 10_000,
-            e_locks: 10_000,
-            e_hold: Duration::from_secs(7),
-            e_runs: 3,
+            e_locks: 100_000,
+            e_lease: Duration::from_secs(30),
+            // Three renewal periods of the library (10 s), and the one
+            // extension rslock makes 500 ms before a lock's validity ends.
+            e_hold: Duration::from_secs(31),
+            // One run: each takes the locks three times and holds them
+            // 31 s (about 75 s for both contenders).
+            e_runs: 1,
             g_pairs: 10_000,
             i_time: Duration::from_secs(10),
             j_time: Duration::from_secs(5),
@@ -66,6 +76,7 @@ impl Config {
             c_time: Duration::from_millis(150),
             d_ops: 50,
             e_locks: 200,
+            e_lease: Duration::from_secs(3),
             e_hold: Duration::from_millis(1_300),
             e_runs: 1,
             g_pairs: 50,
@@ -500,6 +511,7 @@ pub async fn nested(bench: &Bench, who: Who, cfg: &Config) -> Res<Nested> {
 #[derive(Clone, Debug)]
 pub struct Held {
     pub locks: usize,
+    pub lease: Duration,
     pub acquire_time: Duration,
     /// Client memory per held lock: live bytes with the locks held, less
     /// the same tasks without locks.
@@ -507,16 +519,69 @@ pub struct Held {
     /// Of which: the held call's future, inline in its task (its size less
     /// the control's).
     pub future_bytes: usize,
-    /// Renewal script calls per second of the hold window (the library's
-    /// renewal period is a third of the 3 s lease: 1 s).
-    pub renewals_per_sec: f64,
-    /// Redis time (µs) per renewal call: how long each one blocks Redis.
-    pub renewal_call_usec: f64,
+    /// Locks renewed in the hold window, as Redis counts them: the
+    /// renewal scripts' inner `PEXPIRE` (this library) or `SET` (rslock's
+    /// extend) calls.
+    pub renewed: u64,
+    /// Renewal script calls in the hold window.
+    pub renewal_calls: u64,
+    /// Redis time (µs) inside those calls, from INFO commandstats.
+    pub renewal_usec: u64,
+    /// The renewal calls that SLOWLOG logged (every one of at least
+    /// [`SLOW_FROM_USEC`]), by their Redis time (µs), sorted.
+    pub logged_usec: Vec<u64>,
     /// Locks whose key was gone at the end of the hold, or whose call
     /// returned an error.
     pub expired: u64,
     /// The library's `renewing()` while held.
     pub renewing: Option<usize>,
+}
+
+/// SLOWLOG logs the script calls of at least this many µs during (e)'s
+/// hold window: every renewal call of a batch, few single-lock ones.
+pub const SLOW_FROM_USEC: u64 = 100;
+
+impl Held {
+    /// Renewal periods the window saw: renewals per lock.
+    fn rounds(&self) -> f64 {
+        self.renewed as f64 / self.locks.max(1) as f64
+    }
+
+    /// Renewal calls per renewal period (per renewal of every lock).
+    pub fn calls_per_period(&self) -> f64 {
+        self.renewal_calls as f64 / self.rounds()
+    }
+
+    /// Mean Redis time (µs) per renewal call: how long one blocks Redis.
+    pub fn call_usec(&self) -> f64 {
+        self.renewal_usec as f64 / self.renewal_calls.max(1) as f64
+    }
+
+    /// Redis time (µs) per held lock per renewal period.
+    pub fn usec_per_lock(&self) -> f64 {
+        self.renewal_usec as f64 / self.renewed as f64
+    }
+
+    /// The longest renewal call (µs), if one took at least
+    /// [`SLOW_FROM_USEC`].
+    pub fn slowest_call_usec(&self) -> Option<u64> {
+        self.logged_usec.last().copied()
+    }
+
+    /// The median renewal call (µs), when it is among those SLOWLOG logged
+    /// (the others took less than any of them).
+    pub fn median_call_usec(&self) -> Option<u64> {
+        let unlogged = self
+            .renewal_calls
+            .checked_sub(self.logged_usec.len() as u64)?;
+        let rank = (self.renewal_calls / 2).checked_sub(unlogged)?;
+        self.logged_usec.get(usize::try_from(rank).ok()?).copied()
+    }
+
+    /// Renewal calls that blocked Redis for more than 1 ms.
+    pub fn calls_over_1ms(&self) -> usize {
+        self.logged_usec.iter().filter(|&&u| u > 1_000).count()
+    }
 }
 
 /// Spawns `n` tasks that each run `hold(i, body)`, where the body reports in
@@ -582,7 +647,7 @@ async fn join_holders(
 /// Each contender's tasks are made by a closure of their own, so that a
 /// task's future is sized by that contender's call alone.
 pub async fn held(bench: &Bench, who: Who, cfg: &Config) -> Res<Held> {
-    let lease = Duration::from_secs(3);
+    let lease = cfg.e_lease;
     // The control task's future, as `held_by` makes it.
     let control = {
         let body: Body = Box::pin(async {});
@@ -593,10 +658,12 @@ pub async fn held(bench: &Bench, who: Who, cfg: &Config) -> Res<Held> {
     };
     match who {
         Who::Library => {
-            let size = std::mem::size_of_val(&library_held("k", Box::pin(async {})));
+            let size = std::mem::size_of_val(&library_held("k", lease, Box::pin(async {})));
             let hold = move |i: usize, body: Body| async move {
                 let key = Key::new(who, &format!("e:{i}")).short;
-                library_held(&key, body).await.map_err(|e| e.to_string())
+                library_held(&key, lease, body)
+                    .await
+                    .map_err(|e| e.to_string())
             };
             held_by(bench, who, cfg, size.saturating_sub(control), hold).await
         }
@@ -681,24 +748,72 @@ where
     let with_locks = alloc::live_bytes() - before;
     let renewing = (who == Who::Library).then(|| bench.client.renewing());
 
+    slowlog_from(bench, SLOW_FROM_USEC, 65_536).await?;
     bench.reset().await?;
-    let window_start = Instant::now();
     tokio::time::sleep(cfg.e_hold).await;
     let commands = bench.commands().await?;
-    let window = window_start.elapsed();
+    let logged_usec = slow_script_calls(bench).await?;
+    slowlog_from(bench, 10_000, 128).await?;
     let present = bench.dbsize().await?;
     release.send_replace(true);
     let (failed, _) = join_holders(tasks).await;
 
-    let renewal_calls = commands.script_calls();
     Ok(Held {
         locks: n,
+        lease: cfg.e_lease,
         acquire_time,
         bytes_per_lock: (with_locks - control) as f64 / n as f64,
         future_bytes,
-        renewals_per_sec: renewal_calls as f64 / window.as_secs_f64(),
-        renewal_call_usec: commands.script_usec() as f64 / renewal_calls.max(1) as f64,
+        renewed: commands.get("pexpire") + commands.get("set"),
+        renewal_calls: commands.script_calls(),
+        renewal_usec: commands.script_usec(),
+        logged_usec,
         expired: (n as u64).saturating_sub(present).max(failed),
         renewing,
     })
+}
+
+/// Has SLOWLOG keep the last `len` commands of at least `usec` µs, from
+/// none now.
+async fn slowlog_from(bench: &Bench, usec: u64, len: u64) -> Res<()> {
+    let mut admin = bench.admin.clone();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(usec)
+        .arg("slowlog-max-len")
+        .arg(len)
+        .query_async::<()>(&mut admin)
+        .await
+        .map_err(redis_err)?;
+    redis::cmd("SLOWLOG")
+        .arg("RESET")
+        .query_async::<()>(&mut admin)
+        .await
+        .map_err(redis_err)
+}
+
+/// The Redis time (µs) of the script calls that SLOWLOG logged, sorted.
+async fn slow_script_calls(bench: &Bench) -> Res<Vec<u64>> {
+    let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(65_536)
+        .query_async(&mut bench.admin.clone())
+        .await
+        .map_err(redis_err)?;
+    // Each entry: id, timestamp, duration (µs), the command's words, ...
+    let mut usec: Vec<u64> = entries
+        .iter()
+        .filter_map(|entry| {
+            let redis::Value::Array(fields) = entry else {
+                return None;
+            };
+            let duration: u64 = redis::from_redis_value(fields.get(2)?.clone()).ok()?;
+            let words: Vec<String> = redis::from_redis_value(fields.get(3)?.clone()).ok()?;
+            let name = words.first()?.to_ascii_lowercase();
+            (name == "evalsha" || name == "eval").then_some(duration)
+        })
+        .collect();
+    usec.sort_unstable();
+    Ok(usec)
 }

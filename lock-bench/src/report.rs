@@ -466,7 +466,7 @@ fn render_held(
     let _ = writeln!(
         o,
         "\nThe library renews every lock at a third of its lease; a period is one renewal of every lock \
-         (renewals counted by Redis: the scripts' inner `PEXPIRE`, rslock's `SET`). \
+         (renewals counted by Redis: the scripts' inner `PEXPIREAT` or `PEXPIRE`, rslock's `SET`). \
          rslock's `using` extends each lock with a call of its own, 500 ms before its validity ends. \
          Median and max per call from SLOWLOG (the last run; calls under {SLOW_FROM_USEC} µs are not logged)."
     );

@@ -520,8 +520,9 @@ pub struct Held {
     /// the control's).
     pub future_bytes: usize,
     /// Locks renewed in the hold window, as Redis counts them: the
-    /// renewal scripts' inner `PEXPIRE` (this library) or `SET` (rslock's
-    /// extend) calls.
+    /// renewal scripts' inner `PEXPIREAT` or `PEXPIRE` (this library: the
+    /// latter in its earlier renewal script, and for a shared kind's hold)
+    /// or `SET` (rslock's extend) calls.
     pub renewed: u64,
     /// Renewal script calls in the hold window.
     pub renewal_calls: u64,
@@ -764,7 +765,7 @@ where
         acquire_time,
         bytes_per_lock: (with_locks - control) as f64 / n as f64,
         future_bytes,
-        renewed: commands.get("pexpire") + commands.get("set"),
+        renewed: commands.get("pexpireat") + commands.get("pexpire") + commands.get("set"),
         renewal_calls: commands.script_calls(),
         renewal_usec: commands.script_usec(),
         logged_usec,

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::time::{timeout, Instant};
 
 use crate::alloc;
-use crate::contenders::{library_held, Failed, Key, Lockers, Who};
+use crate::contenders::{library_held, Failed, Key, Lockers, Who, HELD_LEASE_MS};
 use crate::cpu::{context_switches, Meter, Split};
 use crate::stats::{quantile, Commands};
 
@@ -589,17 +589,18 @@ impl Held {
 /// and waits for `release`. Returns when all reported (or after 120 s).
 type Body = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
-async fn spawn_holders<F, Fut>(
+async fn spawn_holders<F, Fut, E>(
     n: usize,
     hold: F,
 ) -> (
-    Vec<tokio::task::JoinHandle<Result<(), String>>>,
+    Vec<tokio::task::JoinHandle<Result<(), E>>>,
     watch::Sender<bool>,
     Arc<AtomicUsize>,
 )
 where
     F: Fn(usize, Body) -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), E>> + Send + 'static,
+    E: Send + 'static,
 {
     let (release, released) = watch::channel(false);
     let inside = Arc::new(AtomicUsize::new(0));
@@ -621,8 +622,8 @@ where
     (tasks, release, inside)
 }
 
-async fn join_holders(
-    tasks: Vec<tokio::task::JoinHandle<Result<(), String>>>,
+async fn join_holders<E: std::fmt::Display>(
+    tasks: Vec<tokio::task::JoinHandle<Result<(), E>>>,
 ) -> (u64, Option<String>) {
     let mut failed = 0;
     let mut first = None;
@@ -631,7 +632,7 @@ async fn join_holders(
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 failed += 1;
-                first.get_or_insert(e);
+                first.get_or_insert(e.to_string());
             }
             Err(e) => {
                 failed += 1;
@@ -645,63 +646,69 @@ async fn join_holders(
 /// (e) Many locks held at once, with renewal: what they cost the client in
 /// memory and Redis in renewal calls, and whether any expired.
 ///
-/// Each contender's tasks are made by a closure of their own, so that a
-/// task's future is sized by that contender's call alone.
+/// Each task is the contender's call itself, given its key as a `String`
+/// (as an application's handler would be), and the control's tasks are the
+/// same key and body without a lock ([`unlocked`]): the difference is what
+/// the lock costs, not the bench's own state.
 pub async fn held(bench: &Bench, who: Who, cfg: &Config) -> Res<Held> {
     let lease = cfg.e_lease;
-    // The control task's future, as `held_by` makes it.
-    let control = {
-        let body: Body = Box::pin(async {});
-        std::mem::size_of_val(&async move {
-            body.await;
-            Ok::<(), String>(())
-        })
-    };
     match who {
         Who::Library => {
-            let size = std::mem::size_of_val(&library_held("k", lease, Box::pin(async {})));
-            let hold = move |i: usize, body: Body| async move {
-                let key = Key::new(who, &format!("e:{i}")).short;
-                library_held(&key, lease, body)
-                    .await
-                    .map_err(|e| e.to_string())
-            };
-            held_by(bench, who, cfg, size.saturating_sub(control), hold).await
+            let ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+            HELD_LEASE_MS.store(ms, Ordering::Relaxed);
+            let key = move |i: usize| Key::new(who, &format!("e:{i}")).short;
+            let hold = move |i: usize, body: Body| library_held(key(i), body);
+            held_by(bench, (who, cfg), key, hold).await
         }
         Who::Rslock => {
             let rslock = bench.lockers.rslock.clone();
-            let size = std::mem::size_of_val(&rslock.using(b"k", lease, async || {}));
-            let hold = move |i: usize, body: Body| {
-                let rslock = rslock.clone();
-                async move {
-                    let key = Key::new(who, &format!("e:{i}")).full;
-                    let held = rslock.using(key.as_bytes(), lease, async || body.await);
-                    match timeout(Duration::from_secs(60), held).await {
-                        Ok(Ok(())) => Ok(()),
-                        Ok(Err(e)) => Err(e.to_string()),
-                        Err(_) => Err("rslock: not taken within 60 s".into()),
-                    }
-                }
-            };
-            held_by(bench, who, cfg, size.saturating_sub(control), hold).await
+            let key = move |i: usize| Key::new(who, &format!("e:{i}")).full;
+            let hold = move |i: usize, body: Body| rslock_held(rslock.clone(), key(i), lease, body);
+            held_by(bench, (who, cfg), key, hold).await
         }
         _ => Err(format!("{who} has no renewal")),
     }
 }
 
-/// (e) for one contender, whose call holding a lock around `body` is
-/// `hold(i, body)`; its future is `future_bytes` larger than the control's.
-async fn held_by<F, Fut>(
+/// rslock's `using`: `body` under the lock `key`, extended until it ends.
+async fn rslock_held(
+    rslock: rslock::LockManager,
+    key: String,
+    lease: Duration,
+    body: Body,
+) -> Result<(), String> {
+    let held = rslock.using(key.as_bytes(), lease, async || body.await);
+    match timeout(Duration::from_secs(60), held).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("rslock: not taken within 60 s".into()),
+    }
+}
+
+/// (e)'s control: a holder's task without the lock, keeping its key.
+async fn unlocked(key: String, body: Body) -> Result<(), String> {
+    body.await;
+    drop(key);
+    Ok(())
+}
+
+/// (e) for one contender, whose call holding the lock `key(i)` around
+/// `body` is `hold(i, body)`.
+async fn held_by<K, F, Fut, E>(
     bench: &Bench,
-    who: Who,
-    cfg: &Config,
-    future_bytes: usize,
+    (who, cfg): (Who, &Config),
+    key: K,
     hold: F,
 ) -> Res<Held>
 where
+    K: Fn(usize) -> String + Copy,
     F: Fn(usize, Body) -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), E>> + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
 {
+    // The call's future, inline in its task: its size less the control's.
+    let future_bytes = std::mem::size_of_val(&hold(0, Box::pin(async {})))
+        .saturating_sub(std::mem::size_of_val(&unlocked(key(0), Box::pin(async {}))));
     bench.fresh().await?;
     let n = cfg.e_locks;
     let allocs_before = alloc::allocations();
@@ -720,13 +727,9 @@ where
     bench.fresh().await?;
     tokio::time::sleep(Duration::from_millis(200)).await;
 
-    // The control: the same tasks and bodies, without a lock.
+    // The control: the same tasks, keys and bodies, without a lock.
     let before = alloc::live_bytes();
-    let (tasks, release, _) = spawn_holders(n, |_, body| async move {
-        body.await;
-        Ok(())
-    })
-    .await;
+    let (tasks, release, _) = spawn_holders(n, |i, body| unlocked(key(i), body)).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let control = alloc::live_bytes() - before;
     release.send_replace(true);

@@ -14,7 +14,9 @@
 //! line for the key is woken at once, so that its head tries the lock
 //! rather than sleeping until its own deadline.
 
-use std::collections::HashMap;
+use std::borrow::Borrow;
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -29,9 +31,34 @@ use crate::owner_id::OwnerId;
 use crate::telemetry;
 use crate::wakeup::Waiters;
 
+/// A lock the watchdog watches, found by its id: one pointer per entry
+/// (the id is the lock's own).
+struct Watched(Arc<HeldLock>);
+
+impl Borrow<u64> for Watched {
+    fn borrow(&self) -> &u64 {
+        &self.0.id
+    }
+}
+
+// As its id, so that a set of them is searched by id.
+impl Hash for Watched {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.id.hash(state);
+    }
+}
+
+impl PartialEq for Watched {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.id == other.0.id
+    }
+}
+
+impl Eq for Watched {}
+
 /// The locks that the watchdog renews.
 pub(crate) struct Registry {
-    locks: Mutex<HashMap<u64, Arc<HeldLock>>>,
+    locks: Mutex<HashSet<Watched>>,
     /// When the task will wake next, in ms after `epoch` (`u64::MAX` while
     /// it is awake).
     wake_at_ms: AtomicU64,
@@ -44,7 +71,7 @@ pub(crate) struct Registry {
 impl Registry {
     pub(crate) fn new(waiters: Arc<Waiters>) -> Arc<Self> {
         Arc::new(Registry {
-            locks: Mutex::new(HashMap::new()),
+            locks: Mutex::new(HashSet::new()),
             wake_at_ms: AtomicU64::new(u64::MAX),
             epoch: Instant::now(),
             changed: Notify::new(),
@@ -58,7 +85,7 @@ impl Registry {
         self.waiters.wake_release(held.key.as_bytes(), 0);
     }
 
-    fn with<R>(&self, f: impl FnOnce(&mut HashMap<u64, Arc<HeldLock>>) -> R) -> R {
+    fn with<R>(&self, f: impl FnOnce(&mut HashSet<Watched>) -> R) -> R {
         f(&mut self.locks.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
@@ -71,7 +98,7 @@ impl Registry {
     pub(crate) fn register(&self, held: Arc<HeldLock>) {
         let due = self.ms(next_event(&held).unwrap_or(self.epoch));
         telemetry::held(&held);
-        self.with(|locks| locks.insert(held.id, held));
+        self.with(|locks| locks.insert(Watched(held)));
         if due < self.wake_at_ms.load(Ordering::Acquire) {
             self.changed.notify_one();
         }
@@ -79,7 +106,7 @@ impl Registry {
 
     /// Stops renewing the lock `id`.
     pub(crate) fn unregister(&self, id: u64) {
-        if let Some(held) = self.with(|locks| locks.remove(&id)) {
+        if let Some(Watched(held)) = self.with(|locks| locks.take(&id)) {
             telemetry::unheld(&held);
         }
     }
@@ -87,17 +114,17 @@ impl Registry {
     /// Whether a lock on `key` (full key) is watched now: held by a body
     /// of this client.
     pub(crate) fn holds(&self, key: &str) -> bool {
-        self.with(|locks| locks.values().any(|held| held.key == key))
+        self.with(|locks| locks.iter().any(|Watched(held)| held.key == key))
     }
 
     /// The locks watched now.
     pub(crate) fn snapshot(&self) -> Vec<Arc<HeldLock>> {
-        self.with(|locks| locks.values().cloned().collect())
+        self.with(|locks| locks.iter().map(|Watched(held)| held.clone()).collect())
     }
 
     /// How many locks are being renewed.
     pub(crate) fn renewing(&self) -> usize {
-        self.with(|locks| locks.values().filter(|h| h.renew).count())
+        self.with(|locks| locks.iter().filter(|Watched(held)| held.renew).count())
     }
 
     /// Marks the locks whose validity has run out lost, and returns the
@@ -108,7 +135,7 @@ impl Registry {
     /// gather into a few batches per period rather than one call each.
     fn due(&self, now: Instant) -> (Vec<Arc<HeldLock>>, Option<Instant>) {
         self.with(|locks| {
-            locks.retain(|_, held| match held.valid_until() {
+            locks.retain(|Watched(held)| match held.valid_until() {
                 Some(until) if until > now => true,
                 _ => {
                     self.lose(held, Loss::EXPIRED);
@@ -116,12 +143,16 @@ impl Registry {
                     false
                 }
             });
-            let next = locks.values().filter_map(|held| next_event(held)).min();
+            let next = locks
+                .iter()
+                .filter_map(|Watched(held)| next_event(held))
+                .min();
             if next.is_none_or(|n| n > now) {
                 return (Vec::new(), next);
             }
             let due = locks
-                .values()
+                .iter()
+                .map(|Watched(held)| held)
                 .filter(|held| held.renew)
                 .filter(|held| held.next_renewal() <= now + held.renew_interval() / 4)
                 .cloned()

@@ -163,6 +163,9 @@ struct Generator {
     modes: [Mode; 3],
     /// The notice token a release sends (any number: it is only passed on).
     n: u64,
+    /// The fence each key keeps on the server after the last step, for
+    /// renewals that name it.
+    fences: HashMap<String, String>,
 }
 
 impl Generator {
@@ -171,6 +174,7 @@ impl Generator {
             rng: Rng::new(seed),
             modes: [Mode::Exclusive, Mode::Read, Mode::Fair],
             n: 0,
+            fences: HashMap::new(),
         }
     }
 
@@ -285,13 +289,20 @@ impl Generator {
         script(name, vec![key], args)
     }
 
+    /// A renewal of one to three locks with one lease, each named by the
+    /// value its owner would leave: mostly with the fence the key keeps
+    /// (renewed at once when that owner holds it unwaited), else any.
     fn renew(&mut self) -> Call {
         let mut keys = Vec::new();
-        let mut args = Vec::new();
+        let mut args = vec![self.lease()];
         for _ in 0..self.rng.range(1, 3) {
-            keys.push((*self.rng.pick(&KEYS)).to_owned());
-            args.push(self.owner());
-            args.push(self.lease());
+            let key = (*self.rng.pick(&KEYS)).to_owned();
+            let fence = match self.fences.get(&key) {
+                Some(fence) if self.rng.chance(80) => fence.clone(),
+                _ => self.rng.range(1, 1_000).to_string(),
+            };
+            args.push(format!("L1:{fence}:h:{}", self.owner()));
+            keys.push(key);
         }
         script("renew", keys, args)
     }
@@ -385,6 +396,21 @@ fn server_snapshot(dump: &Value) -> (i64, Snapshot) {
         keys.insert(text(name), Stored { held, expires });
     }
     (now_us, keys)
+}
+
+/// The fence each key of layout 1's string keeps in `keys`.
+fn fences(keys: &Snapshot) -> HashMap<String, String> {
+    let fence = |stored: &Stored| match &stored.held {
+        Held::Str(value) => value
+            .strip_prefix("L1:")?
+            .split(':')
+            .next()
+            .map(str::to_owned),
+        _ => None,
+    };
+    keys.iter()
+        .filter_map(|(key, stored)| Some((key.clone(), fence(stored)?)))
+        .collect()
 }
 
 fn embedded_snapshot(keyspace: &EmbeddedKeyspace) -> Snapshot {
@@ -860,6 +886,7 @@ impl Run {
         }
         self.carried
             .retain(|key, _| server.keys.contains_key(key) || embedded_keys.contains_key(key));
+        self.generator.fences = fences(&server.keys);
         self.before = [server.keys, embedded_keys];
         self.last_time_us = time_us;
     }

@@ -110,6 +110,8 @@ struct Bench<'a> {
     lease: Duration,
     waiter_lease: Duration,
     kinds: HashMap<String, Kind>,
+    /// The token of each owner's last grant, which a renewal names.
+    tokens: HashMap<String, u64>,
 }
 
 impl<'a> Bench<'a> {
@@ -119,6 +121,7 @@ impl<'a> Bench<'a> {
             lease: LEASE,
             waiter_lease: WAITER_LEASE,
             kinds: HashMap::new(),
+            tokens: HashMap::new(),
         }
     }
 
@@ -126,6 +129,7 @@ impl<'a> Bench<'a> {
     fn fresh(&mut self) {
         let () = redis::cmd("DEL").arg(KEY).query(self.x).expect("DEL");
         self.kinds.clear();
+        self.tokens.clear();
     }
 
     fn pass(&mut self, by: Duration) {
@@ -162,8 +166,13 @@ impl<'a> Bench<'a> {
     }
 
     fn acquire(&mut self, owner: &str, kind: Kind) -> Acquire {
-        self.try_acquire(owner, kind)
-            .unwrap_or_else(|e| panic!("{owner} ({kind:?}): {e}"))
+        let answer = self
+            .try_acquire(owner, kind)
+            .unwrap_or_else(|e| panic!("{owner} ({kind:?}): {e}"));
+        if let Some(token) = answer.token() {
+            self.tokens.insert(owner.to_owned(), token as u64);
+        }
+        answer
     }
 
     /// The token of a grant; panics on a refusal.
@@ -240,18 +249,23 @@ impl<'a> Bench<'a> {
             .expect("release")
     }
 
-    /// renew.lua on `(key, owner, lease)` items: 1 renewed, 0 gone.
-    fn renew_all(&mut self, items: &[(&str, &str, Duration)]) -> Vec<i64> {
-        let renew = script("renew");
-        let mut call = renew.prepare_invoke();
-        for (key, owner, lease) in items {
-            call.key(*key).arg(*owner).arg(lease.as_millis());
-        }
-        call.invoke(self.x).expect("renew.lua")
+    /// renew.lua on `(key, owner)` items with one lease, each owner with
+    /// the token of its last grant: 1 renewed, 0 gone.
+    fn renew_all(&mut self, lease: Duration, items: &[(&str, &str)]) -> Vec<i64> {
+        let locks: Vec<(&str, &str, u64)> = items
+            .iter()
+            .map(|&(key, owner)| (key, owner, self.tokens.get(owner).copied().unwrap_or(1)))
+            .collect();
+        let lease = u64::try_from(lease.as_millis()).expect("ms");
+        let renewed = support::renew_locks(self.x, lease, &locks);
+        renewed
+            .into_iter()
+            .map(|r| if r { RENEWED } else { GONE })
+            .collect()
     }
 
     fn renew(&mut self, owner: &str) -> i64 {
-        self.renew_all(&[(KEY, owner, self.lease)])[0]
+        self.renew_all(self.lease, &[(KEY, owner)])[0]
     }
 
     /// inspect.lua: `[]` for an absent key, else fence, state, holder and
@@ -606,7 +620,7 @@ fn renewal_finds_holders_of_every_kind_and_nothing_else(x: &mut Executor) {
     b.token("r", Kind::Read);
     assert!(b.acquire("w", Kind::Exclusive).is_queued());
     assert_eq!(b.renew("w"), GONE);
-    let renewed = b.renew_all(&[(KEY, "r", ms(3000)), ("lock:other", "r", ms(3000))]);
+    let renewed = b.renew_all(ms(3000), &[(KEY, "r"), ("lock:other", "r")]);
     assert_eq!(renewed, [RENEWED, GONE]);
     // The renewal's lease holds past the first one.
     b.pass(ms(2000));

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use redis::{Script, Value};
 use support::executor::Executor;
+use support::renew_locks;
 
 const KEY: &str = "lock:kinds";
 const LONG: u64 = 30_000;
@@ -115,16 +116,8 @@ fn readers_share_and_each_keeps_its_own_lease(x: &mut Executor) {
     // The short reader's share ends at its own lease; the other one's
     // holds on, and a renewal finds only that one.
     x.pass(Duration::from_millis(600));
-    let renewed: Vec<i64> = script("renew")
-        .key(KEY)
-        .key(KEY)
-        .arg("r:1")
-        .arg(LONG)
-        .arg("r:2")
-        .arg(LONG)
-        .invoke(x)
-        .expect("renew.lua");
-    assert_eq!(renewed, vec![0, 1]);
+    let readers = [(KEY, "r:1", 1), (KEY, "r:2", 1)];
+    assert_eq!(renew_locks(x, LONG, &readers), [false, true]);
     assert!(matches!(write(x, "w:1"), Answer::Queued(_)));
     assert_eq!(give_back(x, "shared_release", "r:2"), 1);
     assert!(matches!(write(x, "w:1"), Answer::Token(_)));

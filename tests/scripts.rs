@@ -6,7 +6,7 @@ mod support;
 
 use redis::Script;
 use support::executor::Executor;
-use support::parse_lock;
+use support::{parse_lock, renew_locks};
 
 const KEY: &str = "lock:scripted";
 const LEASE_MS: u64 = 30_000;
@@ -199,19 +199,117 @@ fn foreign_values_fail_the_call_and_renewals_of_other_locks_go_on(x: &mut Execut
         .invoke(x)
         .expect("acquire");
     assert!(mine > 0);
-    let renewed: Vec<i64> = script("renew")
-        .key(KEY)
-        .arg("a:1")
-        .arg(LEASE_MS)
-        .key("lock:other")
-        .arg("a:1")
-        .arg(LEASE_MS)
-        .key("lock:mine")
-        .arg("a:9")
-        .arg(LEASE_MS)
-        .invoke(x)
-        .expect("renew");
-    assert_eq!(renewed, [0, 0, 1]);
+    let locks = [
+        (KEY, "a:1", 1),
+        ("lock:other", "a:1", 1),
+        ("lock:mine", "a:9", mine as u64),
+    ];
+    assert_eq!(renew_locks(x, LEASE_MS, &locks), [false, false, true]);
+}
+
+/// The lease left on `key`, in ms.
+fn pttl_of(con: &mut Executor, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(con).expect("PTTL")
+}
+
+fn a_lock_a_waiter_marked_is_renewed_and_stays_marked(x: &mut Executor) {
+    let token = acquire_for(x, "a:1", 2_000);
+    assert!(acquire(x, "b:1") <= -2);
+    let marked = format!("L1:{token}:w:a:1");
+    let stored: String = redis::cmd("GET").arg(KEY).query(x).expect("GET");
+    assert_eq!(stored, marked, "the waiter marked it");
+    // The value differs from the one renew.lua is told (`h`) by one letter:
+    // still the owner's lock, renewed, and kept as the waiter left it.
+    assert_eq!(
+        renew_locks(x, LEASE_MS, &[(KEY, "a:1", token as u64)]),
+        [true]
+    );
+    assert!(pttl(x) > 2_000, "renewed to the lease: {} ms", pttl(x));
+    let stored: String = redis::cmd("GET").arg(KEY).query(x).expect("GET");
+    assert_eq!(stored, marked, "still marked");
+    x.reset_stats();
+    assert_eq!(release(x, "a:1", token), 1);
+    assert_eq!(
+        x.command_calls("publish"),
+        1,
+        "its release tells the waiter"
+    );
+}
+
+fn a_renewal_batch_answers_for_each_lock_and_renews_only_the_owners(x: &mut Executor) {
+    // Held by its owner: as acquired; marked by a waiter; with a fence the
+    // owner was not told (a Redlock node its write-back missed); absent;
+    // another owner's; freed; another library's text; a hash of the older
+    // layout.
+    let locks = [
+        ("lock:held", "L1:100:h:a:1", "a:1", 100),
+        ("lock:marked", "L1:101:w:a:2", "a:2", 101),
+        ("lock:fence", "L1:99:h:a:3", "a:3", 102),
+        ("lock:absent", "", "a:4", 103),
+        ("lock:theirs", "L1:104:h:b:1", "a:5", 104),
+        ("lock:freed", "L1:105:f:", "a:6", 105),
+        ("lock:text", "someone else's text", "a:7", 106),
+        ("lock:hash", "", "a:8", 107),
+    ];
+    let _: () = redis::cmd("DEL")
+        .arg(locks.iter().map(|l| l.0).collect::<Vec<_>>())
+        .query(x)
+        .expect("DEL");
+    for (key, stored, _, _) in locks.iter().filter(|l| !l.1.is_empty()) {
+        set(x, key, stored);
+        let _: () = redis::cmd("PEXPIRE")
+            .arg(*key)
+            .arg(2_000)
+            .query(x)
+            .expect("PEXPIRE");
+    }
+    let _: () = redis::cmd("HSET")
+        .arg("lock:hash")
+        .arg("owner")
+        .arg("a:8")
+        .query(x)
+        .expect("HSET");
+    let items: Vec<(&str, &str, u64)> = locks.iter().map(|l| (l.0, l.2, l.3)).collect();
+    assert_eq!(
+        renew_locks(x, LEASE_MS, &items),
+        [true, true, true, false, false, false, false, false]
+    );
+    for (key, stored, _, _) in &locks[..3] {
+        assert!(pttl_of(x, key) > 2_000, "{key} renewed");
+        let kept: String = redis::cmd("GET").arg(*key).query(x).expect("GET");
+        assert_eq!(&kept, stored, "{key} kept its value");
+    }
+    for (key, stored, _, _) in &locks[4..7] {
+        assert!(pttl_of(x, key) <= 2_000, "{key} left as it was");
+        let kept: String = redis::cmd("GET").arg(*key).query(x).expect("GET");
+        assert_eq!(&kept, stored, "{key} kept its value");
+    }
+    assert_eq!(pttl_of(x, "lock:hash"), -1, "the hash left as it was");
+}
+
+fn a_renewal_batch_of_more_locks_than_one_mget_takes_renews_them_all(x: &mut Executor) {
+    // renew.lua reads a batch of over 1,000 keys in slices; the answers
+    // must still name the right locks.
+    let keys: Vec<String> = (0..2_500).map(|i| format!("lock:many:{i}")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        // Every 700th lock is another owner's.
+        let owner = if i % 700 == 699 { "b:1" } else { "a:1" };
+        set(x, key, &format!("L1:{}:h:{owner}", 1_000 + i));
+    }
+    let items: Vec<(&str, &str, u64)> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, key)| (key.as_str(), "a:1", 1_000 + i as u64))
+        .collect();
+    x.reset_stats();
+    let renewed = renew_locks(x, LEASE_MS, &items);
+    let not: Vec<usize> = (0..keys.len()).filter(|&i| !renewed[i]).collect();
+    assert_eq!(not, [699, 1399, 2099]);
+    // Read in three MGETs; only the three that differ from what their
+    // owner left are read again, one by one.
+    assert_eq!(x.command_calls("mget"), 3);
+    assert_eq!(x.command_calls("get"), 3);
+    assert_eq!(x.command_calls("pexpireat"), 2_497);
 }
 
 fn the_fence_script_raises_only_the_owners_token(x: &mut Executor) {
@@ -335,16 +433,20 @@ fn every_script_refuses(con: &mut Executor, stored: &str) {
         .arg(5_000)
         .query(con)
         .expect("PEXPIRE");
-    let renewed: Vec<i64> = script("renew")
-        .key(KEY)
-        .arg("a:1")
-        .arg(LEASE_MS)
-        .key("lock:mine")
-        .arg("a:9")
-        .arg(LEASE_MS)
-        .invoke(con)
-        .expect("renew.lua answers per lock");
-    assert_eq!(renewed, [0, 1], "renew.lua on {stored}");
+    // renew.lua is told the stored fence, or the nearest token an acquire
+    // can answer (at most 2^53 - 1): only the state or the fence is wrong.
+    let fence: u64 = stored
+        .split(':')
+        .nth(1)
+        .and_then(|f| f.parse().ok())
+        .unwrap_or(u64::MAX);
+    let told = fence.min(9_007_199_254_740_991);
+    let locks = [(KEY, "a:1", told), ("lock:mine", "a:9", mine as u64)];
+    assert_eq!(
+        renew_locks(con, LEASE_MS, &locks),
+        [false, true],
+        "renew.lua on {stored}"
+    );
     assert!(pttl(con) <= 5_000, "renew.lua left {stored} as it was");
 }
 
@@ -402,6 +504,9 @@ both!(
     tokens_pass_an_older_kept_token_and_the_clock,
     only_a_waited_release_publishes,
     foreign_values_fail_the_call_and_renewals_of_other_locks_go_on,
+    a_lock_a_waiter_marked_is_renewed_and_stays_marked,
+    a_renewal_batch_answers_for_each_lock_and_renews_only_the_owners,
+    a_renewal_batch_of_more_locks_than_one_mget_takes_renews_them_all,
     the_fence_script_raises_only_the_owners_token,
     force_unlock_frees_any_holder_keeps_fence_and_lease_and_publishes,
     inspect_reads_the_parts_and_changes_nothing,

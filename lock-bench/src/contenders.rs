@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -220,10 +221,20 @@ pub async fn library<F: Future<Output = ()>>(key: &str, body: F) -> Result<(), L
     Ok(())
 }
 
-/// This library with a 3 s lease, for the locks of workload (e) that the
-/// watchdog renews every second.
-#[distributed_lock(key = "<key>", lease = "3s", wait = "60s")]
-pub async fn library_held<F: Future<Output = ()>>(key: &str, body: F) -> Result<(), LockError> {
+/// The lease of workload (e)'s locks in ms (`Config::e_lease`), set before
+/// it runs.
+pub static HELD_LEASE_MS: AtomicU64 = AtomicU64::new(30_000);
+
+/// (e)'s lease, read by the attribute at each call: the call's future then
+/// carries no lease of its own, as with a literal lease.
+fn held_lease() -> Duration {
+    Duration::from_millis(HELD_LEASE_MS.load(Ordering::Relaxed))
+}
+
+/// This library with the lease of workload (e), whose locks the watchdog
+/// renews at a third of it.
+#[distributed_lock(key = "<key>", lease = held_lease(), wait = "60s")]
+pub async fn library_held<F: Future<Output = ()>>(key: String, body: F) -> Result<(), LockError> {
     body.await;
     Ok(())
 }

@@ -12,7 +12,7 @@
 //! ```
 //!
 //! The workloads: (a) uncontended calls, (b) 64 tasks on 64 keys, (c) 8
-//! tasks on one key, (d) nested calls, (e) 10 000 locks held with renewal,
+//! tasks on one key, (d) nested calls, (e) 100 000 locks held with renewal,
 //! (f) a Redis Cluster (see `workloads.rs`, `cluster.rs`); the lock kinds
 //! (see `kinds.rs`): (g) uncontended pairs of each kind (plain, read,
 //! permits 8, fair) and of two patterns (two keys in one call, a fenced

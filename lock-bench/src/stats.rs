@@ -60,8 +60,26 @@ const BACKGROUND: &[&str] = &["client|setname", "client", "multi", "exec"];
 /// both: this library's scripts call it, and rslock sends `SET NX` itself
 /// (see [`Commands::round_trips`]).
 const INSIDE_SCRIPTS: &[&str] = &[
-    "exists", "hexists", "hincrby", "pexpire", "pttl", "hget", "hmget", "hlen", "hset", "hdel",
-    "hgetall", "type", "time", "del", "publish", "spublish", "get", "set",
+    "exists",
+    "hexists",
+    "hincrby",
+    "pexpire",
+    "pexpireat",
+    "pttl",
+    "hget",
+    "hmget",
+    "hlen",
+    "hset",
+    "hdel",
+    "hgetall",
+    "type",
+    "time",
+    "del",
+    "publish",
+    "spublish",
+    "get",
+    "mget",
+    "set",
 ];
 
 /// The CPU time (user + system) that the server has used so far, from

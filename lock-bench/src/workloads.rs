@@ -11,7 +11,7 @@ use tokio::sync::watch;
 use tokio::time::{timeout, Instant};
 
 use crate::alloc;
-use crate::contenders::{library_held, Failed, Key, Lockers, Who};
+use crate::contenders::{library_held, Failed, Key, Lockers, Who, HELD_LEASE_MS};
 use crate::cpu::{context_switches, Meter, Split};
 use crate::stats::{quantile, Commands};
 
@@ -26,6 +26,11 @@ pub struct Config {
     pub c_time: Duration,
     pub d_ops: usize,
     pub e_locks: usize,
+    /// (e): the lease of the held locks; the watchdog renews them at a
+    /// third of it.
+    pub e_lease: Duration,
+    /// (e): how long the locks stay held once all are taken (the window
+    /// in which the renewals are counted).
     pub e_hold: Duration,
     pub e_runs: usize,
     /// (g), (h): pairs per kind per run.
@@ -51,9 +56,14 @@ impl Config {
             c_tasks: 8,
             c_time: Duration::from_secs(2),
             d_ops: 10_000,
-            e_locks: 10_000,
-            e_hold: Duration::from_secs(7),
-            e_runs: 3,
+            e_locks: 100_000,
+            e_lease: Duration::from_secs(30),
+            // Three renewal periods of the library (10 s), and the one
+            // extension rslock makes 500 ms before a lock's validity ends.
+            e_hold: Duration::from_secs(31),
+            // One run: each takes the locks three times and holds them
+            // 31 s (about 75 s for both contenders).
+            e_runs: 1,
             g_pairs: 10_000,
             i_time: Duration::from_secs(10),
             j_time: Duration::from_secs(5),
@@ -74,6 +84,7 @@ impl Config {
             c_time: Duration::from_millis(150),
             d_ops: 50,
             e_locks: 200,
+            e_lease: Duration::from_secs(3),
             e_hold: Duration::from_millis(1_300),
             e_runs: 1,
             g_pairs: 50,
@@ -525,6 +536,7 @@ pub async fn nested(bench: &Bench, who: Who, cfg: &Config) -> Res<Nested> {
 #[derive(Clone, Debug)]
 pub struct Held {
     pub locks: usize,
+    pub lease: Duration,
     pub acquire_time: Duration,
     /// Client memory per held lock: live bytes with the locks held, less
     /// the same tasks without locks.
@@ -532,11 +544,18 @@ pub struct Held {
     /// Of which: the held call's future, inline in its task (its size less
     /// the control's).
     pub future_bytes: usize,
-    /// Renewal script calls per second of the hold window (the library's
-    /// renewal period is a third of the 3 s lease: 1 s).
-    pub renewals_per_sec: f64,
-    /// Redis time (µs) per renewal call: how long each one blocks Redis.
-    pub renewal_call_usec: f64,
+    /// Locks renewed in the hold window, as Redis counts them: the
+    /// renewal scripts' inner `PEXPIREAT` or `PEXPIRE` (this library: the
+    /// latter in its earlier renewal script, and for a shared kind's hold)
+    /// or `SET` (rslock's extend) calls.
+    pub renewed: u64,
+    /// Renewal script calls in the hold window.
+    pub renewal_calls: u64,
+    /// Redis time (µs) inside those calls, from INFO commandstats.
+    pub renewal_usec: u64,
+    /// The renewal calls that SLOWLOG logged (every one of at least
+    /// [`SLOW_FROM_USEC`]), by their Redis time (µs), sorted.
+    pub logged_usec: Vec<u64>,
     /// Locks whose key was gone at the end of the hold, or whose call
     /// returned an error.
     pub expired: u64,
@@ -544,21 +563,69 @@ pub struct Held {
     pub renewing: Option<usize>,
 }
 
+/// SLOWLOG logs the script calls of at least this many µs during (e)'s
+/// hold window: every renewal call of a batch, few single-lock ones.
+pub const SLOW_FROM_USEC: u64 = 100;
+
+impl Held {
+    /// Renewal periods the window saw: renewals per lock.
+    fn rounds(&self) -> f64 {
+        self.renewed as f64 / self.locks.max(1) as f64
+    }
+
+    /// Renewal calls per renewal period (per renewal of every lock).
+    pub fn calls_per_period(&self) -> f64 {
+        self.renewal_calls as f64 / self.rounds()
+    }
+
+    /// Mean Redis time (µs) per renewal call: how long one blocks Redis.
+    pub fn call_usec(&self) -> f64 {
+        self.renewal_usec as f64 / self.renewal_calls.max(1) as f64
+    }
+
+    /// Redis time (µs) per held lock per renewal period.
+    pub fn usec_per_lock(&self) -> f64 {
+        self.renewal_usec as f64 / self.renewed as f64
+    }
+
+    /// The longest renewal call (µs), if one took at least
+    /// [`SLOW_FROM_USEC`].
+    pub fn slowest_call_usec(&self) -> Option<u64> {
+        self.logged_usec.last().copied()
+    }
+
+    /// The median renewal call (µs), when it is among those SLOWLOG logged
+    /// (the others took less than any of them).
+    pub fn median_call_usec(&self) -> Option<u64> {
+        let unlogged = self
+            .renewal_calls
+            .checked_sub(self.logged_usec.len() as u64)?;
+        let rank = (self.renewal_calls / 2).checked_sub(unlogged)?;
+        self.logged_usec.get(usize::try_from(rank).ok()?).copied()
+    }
+
+    /// Renewal calls that blocked Redis for more than 1 ms.
+    pub fn calls_over_1ms(&self) -> usize {
+        self.logged_usec.iter().filter(|&&u| u > 1_000).count()
+    }
+}
+
 /// Spawns `n` tasks that each run `hold(i, body)`, where the body reports in
 /// and waits for `release`. Returns when all reported (or after 120 s).
 type Body = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
-async fn spawn_holders<F, Fut>(
+async fn spawn_holders<F, Fut, E>(
     n: usize,
     hold: F,
 ) -> (
-    Vec<tokio::task::JoinHandle<Result<(), String>>>,
+    Vec<tokio::task::JoinHandle<Result<(), E>>>,
     watch::Sender<bool>,
     Arc<AtomicUsize>,
 )
 where
     F: Fn(usize, Body) -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), E>> + Send + 'static,
+    E: Send + 'static,
 {
     let (release, released) = watch::channel(false);
     let inside = Arc::new(AtomicUsize::new(0));
@@ -580,8 +647,8 @@ where
     (tasks, release, inside)
 }
 
-async fn join_holders(
-    tasks: Vec<tokio::task::JoinHandle<Result<(), String>>>,
+async fn join_holders<E: std::fmt::Display>(
+    tasks: Vec<tokio::task::JoinHandle<Result<(), E>>>,
 ) -> (u64, Option<String>) {
     let mut failed = 0;
     let mut first = None;
@@ -590,7 +657,7 @@ async fn join_holders(
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
                 failed += 1;
-                first.get_or_insert(e);
+                first.get_or_insert(e.to_string());
             }
             Err(e) => {
                 failed += 1;
@@ -604,61 +671,69 @@ async fn join_holders(
 /// (e) Many locks held at once, with renewal: what they cost the client in
 /// memory and Redis in renewal calls, and whether any expired.
 ///
-/// Each contender's tasks are made by a closure of their own, so that a
-/// task's future is sized by that contender's call alone.
+/// Each task is the contender's call itself, given its key as a `String`
+/// (as an application's handler would be), and the control's tasks are the
+/// same key and body without a lock ([`unlocked`]): the difference is what
+/// the lock costs, not the bench's own state.
 pub async fn held(bench: &Bench, who: Who, cfg: &Config) -> Res<Held> {
-    let lease = Duration::from_secs(3);
-    // The control task's future, as `held_by` makes it.
-    let control = {
-        let body: Body = Box::pin(async {});
-        std::mem::size_of_val(&async move {
-            body.await;
-            Ok::<(), String>(())
-        })
-    };
+    let lease = cfg.e_lease;
     match who {
         Who::Library => {
-            let size = std::mem::size_of_val(&library_held("k", Box::pin(async {})));
-            let hold = move |i: usize, body: Body| async move {
-                let key = Key::new(who, &format!("e:{i}")).short;
-                library_held(&key, body).await.map_err(|e| e.to_string())
-            };
-            held_by(bench, who, cfg, size.saturating_sub(control), hold).await
+            let ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+            HELD_LEASE_MS.store(ms, Ordering::Relaxed);
+            let key = move |i: usize| Key::new(who, &format!("e:{i}")).short;
+            let hold = move |i: usize, body: Body| library_held(key(i), body);
+            held_by(bench, (who, cfg), key, hold).await
         }
         Who::Rslock => {
             let rslock = bench.lockers.rslock.clone();
-            let size = std::mem::size_of_val(&rslock.using(b"k", lease, async || {}));
-            let hold = move |i: usize, body: Body| {
-                let rslock = rslock.clone();
-                async move {
-                    let key = Key::new(who, &format!("e:{i}")).full;
-                    let held = rslock.using(key.as_bytes(), lease, async || body.await);
-                    match timeout(Duration::from_secs(60), held).await {
-                        Ok(Ok(())) => Ok(()),
-                        Ok(Err(e)) => Err(e.to_string()),
-                        Err(_) => Err("rslock: not taken within 60 s".into()),
-                    }
-                }
-            };
-            held_by(bench, who, cfg, size.saturating_sub(control), hold).await
+            let key = move |i: usize| Key::new(who, &format!("e:{i}")).full;
+            let hold = move |i: usize, body: Body| rslock_held(rslock.clone(), key(i), lease, body);
+            held_by(bench, (who, cfg), key, hold).await
         }
         _ => Err(format!("{who} has no renewal")),
     }
 }
 
-/// (e) for one contender, whose call holding a lock around `body` is
-/// `hold(i, body)`; its future is `future_bytes` larger than the control's.
-async fn held_by<F, Fut>(
+/// rslock's `using`: `body` under the lock `key`, extended until it ends.
+async fn rslock_held(
+    rslock: rslock::LockManager,
+    key: String,
+    lease: Duration,
+    body: Body,
+) -> Result<(), String> {
+    let held = rslock.using(key.as_bytes(), lease, async || body.await);
+    match timeout(Duration::from_secs(60), held).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("rslock: not taken within 60 s".into()),
+    }
+}
+
+/// (e)'s control: a holder's task without the lock, keeping its key.
+async fn unlocked(key: String, body: Body) -> Result<(), String> {
+    body.await;
+    drop(key);
+    Ok(())
+}
+
+/// (e) for one contender, whose call holding the lock `key(i)` around
+/// `body` is `hold(i, body)`.
+async fn held_by<K, F, Fut, E>(
     bench: &Bench,
-    who: Who,
-    cfg: &Config,
-    future_bytes: usize,
+    (who, cfg): (Who, &Config),
+    key: K,
     hold: F,
 ) -> Res<Held>
 where
+    K: Fn(usize) -> String + Copy,
     F: Fn(usize, Body) -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+    Fut: std::future::Future<Output = Result<(), E>> + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
 {
+    // The call's future, inline in its task: its size less the control's.
+    let future_bytes = std::mem::size_of_val(&hold(0, Box::pin(async {})))
+        .saturating_sub(std::mem::size_of_val(&unlocked(key(0), Box::pin(async {}))));
     bench.fresh().await?;
     let n = cfg.e_locks;
     let allocs_before = alloc::allocations();
@@ -677,13 +752,9 @@ where
     bench.fresh().await?;
     tokio::time::sleep(Duration::from_millis(200)).await;
 
-    // The control: the same tasks and bodies, without a lock.
+    // The control: the same tasks, keys and bodies, without a lock.
     let before = alloc::live_bytes();
-    let (tasks, release, _) = spawn_holders(n, |_, body| async move {
-        body.await;
-        Ok(())
-    })
-    .await;
+    let (tasks, release, _) = spawn_holders(n, |i, body| unlocked(key(i), body)).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let control = alloc::live_bytes() - before;
     release.send_replace(true);
@@ -706,24 +777,72 @@ where
     let with_locks = alloc::live_bytes() - before;
     let renewing = (who == Who::Library).then(|| bench.client.renewing());
 
+    slowlog_from(bench, SLOW_FROM_USEC, 65_536).await?;
     bench.reset().await?;
-    let window_start = Instant::now();
     tokio::time::sleep(cfg.e_hold).await;
     let commands = bench.commands().await?;
-    let window = window_start.elapsed();
+    let logged_usec = slow_script_calls(bench).await?;
+    slowlog_from(bench, 10_000, 128).await?;
     let present = bench.dbsize().await?;
     release.send_replace(true);
     let (failed, _) = join_holders(tasks).await;
 
-    let renewal_calls = commands.script_calls();
     Ok(Held {
         locks: n,
+        lease: cfg.e_lease,
         acquire_time,
         bytes_per_lock: (with_locks - control) as f64 / n as f64,
         future_bytes,
-        renewals_per_sec: renewal_calls as f64 / window.as_secs_f64(),
-        renewal_call_usec: commands.script_usec() as f64 / renewal_calls.max(1) as f64,
+        renewed: commands.get("pexpireat") + commands.get("pexpire") + commands.get("set"),
+        renewal_calls: commands.script_calls(),
+        renewal_usec: commands.script_usec(),
+        logged_usec,
         expired: (n as u64).saturating_sub(present).max(failed),
         renewing,
     })
+}
+
+/// Has SLOWLOG keep the last `len` commands of at least `usec` µs, from
+/// none now.
+async fn slowlog_from(bench: &Bench, usec: u64, len: u64) -> Res<()> {
+    let mut admin = bench.admin.clone();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("slowlog-log-slower-than")
+        .arg(usec)
+        .arg("slowlog-max-len")
+        .arg(len)
+        .query_async::<()>(&mut admin)
+        .await
+        .map_err(redis_err)?;
+    redis::cmd("SLOWLOG")
+        .arg("RESET")
+        .query_async::<()>(&mut admin)
+        .await
+        .map_err(redis_err)
+}
+
+/// The Redis time (µs) of the script calls that SLOWLOG logged, sorted.
+async fn slow_script_calls(bench: &Bench) -> Res<Vec<u64>> {
+    let entries: Vec<redis::Value> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(65_536)
+        .query_async(&mut bench.admin.clone())
+        .await
+        .map_err(redis_err)?;
+    // Each entry: id, timestamp, duration (µs), the command's words, ...
+    let mut usec: Vec<u64> = entries
+        .iter()
+        .filter_map(|entry| {
+            let redis::Value::Array(fields) = entry else {
+                return None;
+            };
+            let duration: u64 = redis::from_redis_value(fields.get(2)?.clone()).ok()?;
+            let words: Vec<String> = redis::from_redis_value(fields.get(3)?.clone()).ok()?;
+            let name = words.first()?.to_ascii_lowercase();
+            (name == "evalsha" || name == "eval").then_some(duration)
+        })
+        .collect();
+    usec.sort_unstable();
+    Ok(usec)
 }

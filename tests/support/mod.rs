@@ -450,6 +450,32 @@ pub async fn increment_under_lock(
     }
 }
 
+/// renew.lua as the watchdog calls it: `lease_ms` for every lock, and for
+/// each `(key, owner, token)` the value that the lock holds while that
+/// acquisition holds it and nobody waits (`L1:<token>:h:<owner>`). Its
+/// answer, the indexes (from 1, in order) of the locks it did not renew,
+/// read as whether each lock was renewed.
+pub fn renew_locks(
+    con: &mut impl redis::ConnectionLike,
+    lease_ms: u64,
+    locks: &[(&str, &str, u64)],
+) -> Vec<bool> {
+    let source = lock_runtime::__private::script_source("renew").expect("renew.lua");
+    let script = redis::Script::new(source);
+    let mut call = script.prepare_invoke();
+    call.arg(lease_ms);
+    for (key, owner, token) in locks {
+        call.key(*key).arg(format!("L1:{token}:h:{owner}"));
+    }
+    let failed: Vec<usize> = call.invoke(con).expect("renew.lua");
+    assert!(
+        failed.windows(2).all(|w| w[0] < w[1])
+            && failed.iter().all(|&i| (1..=locks.len()).contains(&i)),
+        "renew.lua answers the locks it did not renew, in order: {failed:?}"
+    );
+    (1..=locks.len()).map(|i| !failed.contains(&i)).collect()
+}
+
 /// A lock value of layout 1, `L1:<fence>:<state>:<owner>`, as (fence, state,
 /// owner).
 pub fn parse_lock(value: &str) -> Option<(u64, String, String)> {

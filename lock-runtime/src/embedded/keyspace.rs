@@ -1,7 +1,7 @@
 //! The embedded backend's keyspace: strings, hashes and lists with
 //! expiries, and the Redis commands the lock kinds' scripts call (GET, SET
-//! with `PX`, `EX`, `NX`, `XX` and `KEEPTTL`, DEL, TYPE, PTTL, PEXPIRE,
-//! HGET, HSET, HDEL, HGETALL, TIME, PUBLISH, SPUBLISH; INCRBY, HINCRBY and
+//! with `PX`, `EX`, `NX`, `XX` and `KEEPTTL`, MGET, DEL, TYPE, PTTL, PEXPIRE,
+//! PEXPIREAT, HGET, HSET, HDEL, HGETALL, TIME, PUBLISH, SPUBLISH; INCRBY, HINCRBY and
 //! RPUSH for fenced writes), answered as Redis answers them,
 //! errors and `WRONGTYPE` included. A few more serve the test door (see
 //! `door.rs`): EXISTS, DBSIZE, KEYS, FLUSHALL, PING, INFO commandstats,
@@ -170,6 +170,8 @@ impl Keyspace {
             "set" => self.set(rest),
             "del" => self.del(rest),
             "pexpire" => self.pexpire(rest),
+            "pexpireat" => self.pexpireat(rest),
+            "mget" => self.mget(rest),
             "hget" | "hset" | "hdel" => self.hash(name, rest),
             "incrby" => self.incrby(rest),
             "hincrby" => self.hincrby(rest),
@@ -343,6 +345,43 @@ impl Keyspace {
                 .now_ms()
                 .saturating_add(u64::try_from(ms).unwrap_or(u64::MAX));
             self.set_expiry(key, Some(at));
+        }
+        Ok(Value::Int(1))
+    }
+}
+
+/// The commands of many keys or absolute times (renew.lua's).
+impl Keyspace {
+    /// MGET key...: each key's string, nil for an absent key and for one
+    /// of another type.
+    fn mget(&mut self, keys: &[&[u8]]) -> Reply {
+        if keys.is_empty() {
+            return Err(arity("mget"));
+        }
+        let values = keys.iter().map(|key| match self.live(key) {
+            Some(Entry {
+                data: Data::Str(v), ..
+            }) => bulk(v),
+            _ => Value::Nil,
+        });
+        Ok(Value::Array(values.collect()))
+    }
+
+    /// PEXPIREAT key ms (ms since the epoch, on the keyspace's clock): 0
+    /// when the key is absent; a time not in the future deletes it.
+    fn pexpireat(&mut self, rest: &[&[u8]]) -> Reply {
+        let [key, at] = rest else {
+            return Err(arity("pexpireat"));
+        };
+        let at = integer(at)?;
+        if self.live(key).is_none() {
+            return Ok(Value::Int(0));
+        }
+        match u64::try_from(at) {
+            Ok(at) if at > self.now_ms() => self.set_expiry(key, Some(at)),
+            _ => {
+                self.entries.remove(*key);
+            }
         }
         Ok(Value::Int(1))
     }
@@ -591,6 +630,36 @@ mod tests {
     fn run(ks: &mut Keyspace, line: &str) -> super::Reply {
         let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
         ks.command(&args)
+    }
+
+    #[test]
+    fn many_keys_and_absolute_expiries_answer_as_redis() {
+        let mut ks = Keyspace::default();
+        // 1,000,000 ms.
+        ks.set_now(1_000_000_000);
+        run(&mut ks, "SET a 1").unwrap();
+        run(&mut ks, "HSET h f v").unwrap();
+        let values = vec![bulk(b"1"), Value::Nil, Value::Nil];
+        assert_eq!(run(&mut ks, "MGET a none h"), Ok(Value::Array(values)));
+        assert_eq!(
+            run(&mut ks, "MGET").unwrap_err(),
+            "ERR wrong number of arguments for 'mget' command"
+        );
+        assert_eq!(run(&mut ks, "PEXPIREAT a 1000100"), Ok(Value::Int(1)));
+        assert_eq!(run(&mut ks, "PTTL a"), Ok(Value::Int(100)));
+        assert_eq!(run(&mut ks, "PEXPIREAT none 1000100"), Ok(Value::Int(0)));
+        assert_eq!(run(&mut ks, "PEXPIREAT a x").unwrap_err(), NOT_INTEGER);
+        // Through the millisecond of its expiry, then gone.
+        ks.set_now(1_000_100_000);
+        let one = Value::Array(vec![bulk(b"1")]);
+        assert_eq!(run(&mut ks, "MGET a"), Ok(one));
+        ks.set_now(1_000_101_000);
+        assert_eq!(run(&mut ks, "MGET a"), Ok(Value::Array(vec![Value::Nil])));
+        // A time not in the future deletes the key.
+        run(&mut ks, "SET b 1").unwrap();
+        assert_eq!(run(&mut ks, "PEXPIREAT b 1000101"), Ok(Value::Int(1)));
+        let none = Value::SimpleString("none".into());
+        assert_eq!(run(&mut ks, "TYPE b"), Ok(none));
     }
 
     #[test]

@@ -5,10 +5,11 @@
 //! the embedded backend; a Redlock node is one node). Its renewal, fence and the operator's
 //! scripts serve the shared kinds too: they read both shapes of a key.
 
+use std::fmt::Write as _;
 use std::sync::LazyLock;
 
 use futures_util::future::join_all;
-use redis::{RedisError, Script};
+use redis::{Cmd, RedisError, Script};
 
 use super::calls::ReleaseScripts;
 use super::sources;
@@ -96,15 +97,19 @@ pub(crate) async fn fence(
 }
 
 /// Renewed or gone, per item. The items go out in one script call per
-/// batch the route allows, all at once; a batch whose call fails leaves its
-/// items unknown and the others go on; when every batch fails, the first
-/// error.
+/// batch the route allows and lease its items share (a call carries one
+/// lease), all at once; a batch whose call fails leaves its items unknown
+/// and the others go on; when every batch fails, the first error.
 pub(crate) async fn renew(
     route: &impl Route,
     items: &[RenewItem<'_>],
 ) -> Result<Vec<Renewal>, RedisError> {
     let keys: Vec<&str> = items.iter().map(|item| item.key).collect();
-    let batches = route.batches(&keys);
+    let batches: Vec<Vec<usize>> = route
+        .batches(&keys)
+        .into_iter()
+        .flat_map(|batch| by_lease(items, batch))
+        .collect();
     let calls = batches
         .iter()
         .map(|indexes| renew_batch(route, items, indexes));
@@ -132,23 +137,55 @@ pub(crate) async fn renew(
     }
 }
 
-/// One batch's renewal: the items at `indexes`, in one script call, then
-/// `WAIT` when the route syncs replicas. Without enough replicas, a renewed
-/// lock is `Unknown`: a failover now would promote a replica that keeps the
-/// older expiry, so the lock's validity is not extended, and the watchdog
-/// tries again until it runs out.
+/// `batch` (indexes into `items`) split by lease, in order within each
+/// lease: one call carries one lease. The watchdog's locks mostly share
+/// theirs, so mostly the batch itself.
+fn by_lease(items: &[RenewItem<'_>], mut batch: Vec<usize>) -> Vec<Vec<usize>> {
+    let lease = |i: &usize| items[*i].lease;
+    let Some(first) = batch.first().map(lease) else {
+        return Vec::new();
+    };
+    if batch.iter().all(|i| lease(i) == first) {
+        return vec![batch];
+    }
+    batch.sort_by_key(lease);
+    batch
+        .chunk_by(|a, b| lease(a) == lease(b))
+        .map(<[usize]>::to_vec)
+        .collect()
+}
+
+/// What renew.lua expects a lock to hold while its acquisition holds it
+/// and nobody has marked it waited for (`L1:<fence>:h:<owner>`), written
+/// into `value`.
+fn write_held_value(value: &mut String, item: &RenewItem<'_>) {
+    value.clear();
+    // Writing to a String cannot fail.
+    let _ = write!(value, "L1:{}:h:{}", item.token, item.owner);
+}
+
+/// One batch's renewal: the items at `indexes` (of one lease), in one
+/// script call, then `WAIT` when the route syncs replicas. Without enough
+/// replicas, a renewed lock is `Unknown`: a failover now would promote a
+/// replica that keeps the older expiry, so the lock's validity is not
+/// extended, and the watchdog tries again until it runs out.
 async fn renew_batch(
     route: &impl Route,
     items: &[RenewItem<'_>],
     indexes: &[usize],
 ) -> Result<Vec<Renewal>, RedisError> {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(RENEW.get_hash()).arg(indexes.len());
+    // The keys and the values renew.lua expects, one buffer for the call.
+    let size: usize = indexes.iter().map(|&i| renewal_bytes(&items[i])).sum();
+    let mut cmd = Cmd::with_capacity(4 + 2 * indexes.len(), 96 + size);
+    cmd.arg("EVALSHA").arg(RENEW.get_hash()).arg(indexes.len());
     for &i in indexes {
         cmd.arg(items[i].key);
     }
+    cmd.arg(millis(items[indexes[0]].lease));
+    let mut value = String::with_capacity(96);
     for &i in indexes {
-        cmd.arg(items[i].owner).arg(millis(items[i].lease));
+        write_held_value(&mut value, &items[i]);
+        cmd.arg(value.as_str());
     }
     let call = ScriptCall {
         script: &RENEW,
@@ -157,35 +194,68 @@ async fn renew_batch(
         replay: None,
         coalesce: None,
     };
-    let (renewed, synced): (Vec<i64>, bool) = match route.sync() {
+    let (failed, synced): (Vec<i64>, bool) = match route.sync() {
         None => (route.run(&Lane::Home, &call).await?, true),
         Some(sync) => {
             let (answer, acked) = route.run_synced(call, None).await?;
             (redis::from_redis_value(answer)?, acked >= sync.replicas)
         }
     };
-    if renewed.len() != indexes.len() {
-        return Err(RedisError::from((
-            redis::ErrorKind::UnexpectedReturnType,
-            "renew.lua answered the wrong count",
-        )));
+    let mut renewed = vec![true; indexes.len()];
+    for index in failed {
+        let slot = usize::try_from(index)
+            .ok()
+            .and_then(|index| index.checked_sub(1))
+            .and_then(|i| renewed.get_mut(i))
+            .ok_or_else(|| {
+                RedisError::from((
+                    redis::ErrorKind::UnexpectedReturnType,
+                    "renew.lua answered a lock out of the batch",
+                    format!("index {index} of {}", indexes.len()),
+                ))
+            })?;
+        *slot = false;
     }
     Ok(renewed.into_iter().map(|r| renewal(r, synced)).collect())
 }
 
+/// About how many bytes `item` adds to a renewal call: its key and the
+/// value renew.lua expects, with their framing.
+fn renewal_bytes(item: &RenewItem<'_>) -> usize {
+    item.key.len() + item.owner.len() + 48
+}
+
 /// The meaning of renew.lua's answer for one lock; a renewal the replicas
 /// did not acknowledge (`synced` false) is not known to last.
-fn renewal(answer: i64, synced: bool) -> Renewal {
-    match (answer, synced) {
-        (1, true) => Renewal::Renewed,
-        (1, false) => Renewal::Unknown,
-        _ => Renewal::Gone,
+fn renewal(renewed: bool, synced: bool) -> Renewal {
+    match (renewed, synced) {
+        (true, true) => Renewal::Renewed,
+        (true, false) => Renewal::Unknown,
+        (false, _) => Renewal::Gone,
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
+    use super::{by_lease, RenewItem};
     use crate::route::Notices;
+
+    #[test]
+    fn a_renewal_call_carries_one_lease() {
+        let item = |key, secs| RenewItem {
+            key,
+            owner: "o:1",
+            token: 1,
+            lease: Duration::from_secs(secs),
+        };
+        let same = [item("a", 30), item("b", 30), item("c", 30)];
+        assert_eq!(by_lease(&same, vec![2, 0, 1]), [vec![2, 0, 1]]);
+        let mixed = [item("a", 30), item("b", 5), item("c", 30), item("d", 5)];
+        assert_eq!(by_lease(&mixed, vec![0, 1, 2, 3]), [vec![1, 3], vec![0, 2]]);
+        assert!(by_lease(&mixed, Vec::new()).is_empty());
+    }
 
     #[test]
     fn the_sharded_release_publishes_by_spublish() {

@@ -270,10 +270,12 @@ pub(crate) enum Renewal {
     Unknown,
 }
 
-/// One lock to renew: its key, its owner and its lease.
+/// One lock to renew: its key, its owner, the fencing token its acquire
+/// answered, and its lease.
 pub(crate) struct RenewItem<'a> {
     pub key: &'a str,
     pub owner: &'a str,
+    pub token: u64,
     pub lease: Duration,
 }
 

@@ -4,7 +4,7 @@
 //!
 //! Locks that fall due close together (within a quarter of their renewal
 //! interval) are renewed together, in the order they were taken, by script
-//! calls of at most `renewal_batch_size` locks each (512 by default) and
+//! calls of at most `renewal_batch_size` locks each (256 by default) and
 //! about 64 KiB of keys and values, so a client holding many locks with
 //! the same lease sends a few commands per period, not one per lock, and
 //! each call blocks Redis for a bounded time. A renewal that finds a lock gone or taken marks it lost at
@@ -219,7 +219,7 @@ async fn renew(registry: &Registry, backend: &Backend, due: &[Arc<HeldLock>], mo
 /// (with at least one lock), whatever `renewal_batch_size` allows: Redis
 /// reads each byte of a call's keys and values (it hashes and copies them),
 /// so that a batch of long keys blocks it about as long as a batch of
-/// short ones. 512 locks of keys up to some 60 bytes fit.
+/// short ones. 256 locks of keys up to some 150 bytes fit.
 const CALL_BYTES: usize = 64 * 1024;
 
 /// What one held lock adds to a renewal call besides its key: its owner id

@@ -278,5 +278,8 @@ async fn a_client_built_without_coalescing_sends_every_call_alone() {
     let results = calls_behind_a_paused_one(&server, &client, 10).await;
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     let calls = evalsha_calls(&server) - before;
-    assert!(calls >= 20, "{calls} script calls for 10 acquires and 10 releases");
+    assert!(
+        calls >= 20,
+        "{calls} script calls for 10 acquires and 10 releases"
+    );
 }

@@ -20,6 +20,20 @@ fn evalsha_calls(server: &RedisServer) -> u64 {
         .unwrap_or(0)
 }
 
+/// Makes `server` hold back scripts and writes (`CLIENT PAUSE WRITE`: INFO
+/// and CLIENT LIST still answer) for up to 20 s; the connection that
+/// paused it, to send `CLIENT UNPAUSE`.
+fn hold_back_writes(server: &RedisServer) -> redis::Connection {
+    let mut admin = server.connection();
+    redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(20_000)
+        .arg("WRITE")
+        .query::<()>(&mut admin)
+        .expect("CLIENT PAUSE");
+    admin
+}
+
 /// Whether some client's request waits at the paused server: a client
 /// blocked by the pause (flag `b`), or a query buffer not yet read.
 fn a_request_waits(server: &RedisServer) -> bool {
@@ -45,13 +59,7 @@ async fn calls_behind_a_paused_one(
     client: &LockClient,
     n: usize,
 ) -> Vec<Result<usize, LockError>> {
-    let mut admin = server.connection();
-    redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(20_000)
-        .arg("WRITE")
-        .query::<()>(&mut admin)
-        .expect("CLIENT PAUSE");
+    let mut admin = hold_back_writes(server);
     let (started, mut all_started) = mpsc::unbounded_channel();
     let options = LockOptions::new().wait(Duration::ZERO);
     let tasks: Vec<_> = (0..n)
@@ -208,13 +216,7 @@ async fn batched_calls_on_shared_keys_never_overlap() {
 async fn a_dropped_call_s_give_back_follows_its_queued_acquire() {
     let server = RedisServer::start();
     let client = LockClient::connect(&server.url()).await.expect("connect");
-    let mut admin = server.connection();
-    redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(20_000)
-        .arg("WRITE")
-        .query::<()>(&mut admin)
-        .expect("CLIENT PAUSE");
+    let mut admin = hold_back_writes(&server);
     let options = LockOptions::new().wait(Duration::ZERO);
     let first = tokio::spawn({
         let client = client.clone();

@@ -10,14 +10,7 @@ use tokio::sync::mpsc;
 
 /// The server's count of `EVALSHA` calls so far.
 fn evalsha_calls(server: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.connection())
-        .expect("INFO");
-    info.lines()
-        .find_map(|line| line.strip_prefix("cmdstat_evalsha:calls="))
-        .and_then(|rest| rest.split(',').next()?.parse().ok())
-        .unwrap_or(0)
+    server.command_calls("evalsha")
 }
 
 /// Makes `server` hold back scripts and writes (`CLIENT PAUSE WRITE`: INFO

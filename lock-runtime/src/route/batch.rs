@@ -12,7 +12,7 @@
 //! on the connection alone. A caller that is dropped while its call waits
 //! leaves the call in the queue: it goes out as if it had been sent.
 
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
 use futures_util::future::join_all;
 use redis::aio::ConnectionManager;
@@ -203,13 +203,10 @@ async fn send_alone(con: &ConnectionManager, call: Queued) {
 /// in order.
 async fn send_chunk(con: &ConnectionManager, chunk: Vec<Queued>) {
     let script = chunk[0].coalesce.script;
-    let fits =
-        |call: &Queued| std::ptr::eq(call.coalesce.script, script) && one_key(&call.cmd).is_some();
-    if !chunk.iter().all(fits) {
+    let Some(cmd) = batch_cmd(script, &chunk) else {
         join_all(chunk.into_iter().map(|call| send_alone(con, call))).await;
         return;
-    }
-    let cmd = batch_cmd(script, &chunk);
+    };
     let answers = evalsha::<Vec<Value>>(script, &cmd, &mut con.clone()).await;
     let answers = match answers {
         Ok(answers) if answers.len() == chunk.len() => answers,
@@ -227,11 +224,18 @@ async fn send_chunk(con: &ConnectionManager, chunk: Vec<Queued>) {
     }
 }
 
-/// The batch script call of `chunk`, whose calls each fit it.
-fn batch_cmd(script: &Script, chunk: &[Queued]) -> Cmd {
+/// The batch script call of `chunk`; `None` when a call does not fit it
+/// (of another batch script, or not on one key).
+fn batch_cmd(script: &'static LazyLock<Script>, chunk: &[Queued]) -> Option<Cmd> {
+    let calls = chunk
+        .iter()
+        .map(|call| {
+            let fits = std::ptr::eq(call.coalesce.script, script);
+            fits.then(|| one_key(&call.cmd)).flatten()
+        })
+        .collect::<Option<Vec<_>>>()?;
     let mut cmd = Cmd::with_capacity(3 + 8 * chunk.len(), 64 * (chunk.len() + 1));
     cmd.arg("EVALSHA").arg(script.get_hash()).arg(chunk.len());
-    let calls: Vec<_> = chunk.iter().filter_map(|call| one_key(&call.cmd)).collect();
     for (key, _) in &calls {
         cmd.arg(*key);
     }
@@ -241,7 +245,7 @@ fn batch_cmd(script: &Script, chunk: &[Queued]) -> Cmd {
             cmd.arg(*arg);
         }
     }
-    cmd
+    Some(cmd)
 }
 
 /// Hands every call of `chunk` `error`.

@@ -150,7 +150,7 @@ fi
 family_tests=(ownership loss fencing scripts wait_timeout cancellation mutual_exclusion
   reentrancy watchdog redlock acl errors operate replicas sentinel cluster kinds_scripts kinds
   kinds_deployments kinds_rules several_keys several_rules embedded_differential hold_at_least
-  scheduled_processes leader fenced fenced_processes election_processes coalescing)
+  scheduled_processes leader fenced fenced_processes election_processes coalescing hold_end)
 family_args=()
 for test in "${family_tests[@]}"; do family_args+=(--test "$test"); done
 # Tests of those binaries that run in the first stage only: their resource is

@@ -137,8 +137,8 @@ fn a_release_with_an_end_ahead_keeps_the_hold_until_then(x: &mut Executor) {
     assert_eq!(release_until(x, "a:1", token, end), 1);
     assert_eq!(
         value(x),
-        Some((token, "h".into(), "a:1".into())),
-        "still held by its owner"
+        Some((token, "h".into(), "a:1/kept".into())),
+        "still held, by its owner marked as kept"
     );
     assert_expires_at(x, end, "kept until the end");
     match timed_acquire(x, "b:1") {
@@ -151,6 +151,10 @@ fn a_release_with_an_end_ahead_keeps_the_hold_until_then(x: &mut Executor) {
     x.pass(Duration::from_millis(300));
     assert_eq!(release_until(x, "a:1", token, end), 1);
     assert_expires_at(x, end, "sent again");
+    assert_eq!(value(x).expect("kept").2, "a:1/kept", "marked once");
+    // A release of the same owner without an end does not cut it short.
+    assert_eq!(release(x, "a:1", token), 1);
+    assert_expires_at(x, end, "a release without an end");
 
     // Past the end, it is gone, and another owner takes it.
     let left = end.saturating_sub(time_ms(x));
@@ -187,12 +191,57 @@ fn a_kept_hold_that_was_waited_for_tells_the_waiters(x: &mut Executor) {
     assert_eq!(release_until(x, "a:2", token, since + 2_000), 1);
     assert_eq!(x.command_calls("publish"), 1);
     assert_eq!(heard.next(), format!("client-a:{token}"));
-    // Kept as it was: the waiter asks again and learns the new expiry.
-    assert_eq!(value(x), Some((token, "w".into(), "a:2".into())));
+    // Kept as it was, its owner marked: the waiter asks again and learns
+    // the new expiry.
+    assert_eq!(value(x), Some((token, "w".into(), "a:2/kept".into())));
     assert_expires_at(x, since + 2_000, "kept");
 }
 
+/// release.lua without an end.
+fn release(x: &mut Executor, owner: &str, token: u64) -> i64 {
+    script("release")
+        .key(KEY)
+        .arg(owner)
+        .arg("client-a")
+        .arg(token)
+        .invoke(x)
+        .expect("release.lua")
+}
+
+/// renew.lua for the one lock at KEY, as the watchdog sends it: the indexes
+/// of the locks not renewed.
+fn renew(x: &mut Executor, owner: &str, token: u64, lease_ms: u64) -> Vec<i64> {
+    script("renew")
+        .key(KEY)
+        .arg(lease_ms)
+        .arg(format!("L1:{token}:h:{owner}"))
+        .invoke(x)
+        .expect("renew.lua")
+}
+
+/// A renewal that reaches the node after the release that kept the hold
+/// (sent before it, or on another connection) leaves the kept end where it
+/// is, whether the end comes before or after the lease it would set; the
+/// release sent again still sets the same end.
+fn a_renewal_after_the_release_does_not_move_the_kept_end(x: &mut Executor) {
+    for (at_least, lease) in [(300, 5_000), (5_000, 300)] {
+        let _: () = redis::cmd("DEL").arg(KEY).query(x).expect("DEL");
+        let (token, since) = timed_grant(x, "a:1");
+        let end = since + at_least;
+        assert_eq!(release_until(x, "a:1", token, end), 1);
+        assert_eq!(renew(x, "a:1", token, lease), vec![1], "not renewed");
+        assert_expires_at(x, end, "after a late renewal");
+        assert_eq!(release_until(x, "a:1", token, end), 1, "sent again");
+        assert_expires_at(x, end, "a replayed release after the renewal");
+        // Waited for meanwhile: a renewal of the marked value still fails.
+        assert!(matches!(timed_acquire(x, "b:1"), Value::Int(..=-2)));
+        assert_eq!(renew(x, "a:1", token, lease), vec![1], "marked w");
+        assert_expires_at(x, end, "waited for, after a late renewal");
+    }
+}
+
 both!(
+    a_renewal_after_the_release_does_not_move_the_kept_end,
     a_timed_acquire_answers_its_token_and_the_node_time,
     a_release_with_an_end_ahead_keeps_the_hold_until_then,
     a_release_with_an_end_passed_frees_the_lock,
@@ -224,10 +273,14 @@ enum Con {
 
 impl Place {
     async fn redis() -> Place {
+        Place::redis_with(LockClient::builder()).await
+    }
+
+    /// A redis-server whose holder is built by `builder`.
+    async fn redis_with(builder: lock_runtime::LockClientBuilder) -> Place {
         let server = RedisServer::start();
         let url = server.url();
-        let connect = || LockClient::connect(&url);
-        let (holder, other) = (connect().await, connect().await);
+        let (holder, other) = (builder.connect(&url).await, LockClient::connect(&url).await);
         let con = redis::Client::open(url.as_str())
             .expect("url")
             .get_multiplexed_async_connection()
@@ -243,10 +296,15 @@ impl Place {
     }
 
     fn embedded() -> Place {
+        Place::embedded_with(LockClient::builder())
+    }
+
+    /// The embedded backend, whose holder is built by `builder`.
+    fn embedded_with(builder: lock_runtime::LockClientBuilder) -> Place {
         let keyspace = EmbeddedKeyspace::new();
         Place {
             name: "embedded",
-            holder: LockClient::builder().in_memory_shared(&keyspace),
+            holder: builder.in_memory_shared(&keyspace),
             other: LockClient::builder().in_memory_shared(&keyspace),
             con: Con::Embedded(keyspace.connection()),
             _server: None,
@@ -546,6 +604,117 @@ on_both!(
 
 // ---------------------------------------------------------------------------
 // Exact, on the embedded backend under paused time
+
+/// The most a kept lock may stay taken past its end in the suite (a busy
+/// 2-core machine, `LOCK_TEST_LOAD=4`); idle it takes a few ms.
+const FREE_WITHIN: Duration = Duration::from_millis(250);
+
+/// Many locks taken together with `hold_at_least`, renewed one per call
+/// (`renewal_batch_size(1)`), whose bodies end as their first renewals go
+/// out: renewals reach the server before and after the releases (on the
+/// client's connection while the releases go out on the caller's). A late
+/// one must not move the kept end: with a hold shorter than the lease it
+/// would stretch to a full lease, with one longer it would cut it short.
+/// Every key stays taken until its end and is free within
+/// [`FREE_WITHIN`] after it.
+async fn late_renewals_move_no_kept_end(mut place: Place, lease: Duration, at_least: Duration) {
+    const LOCKS: usize = 64;
+    let name = place.name;
+    let options = hold(at_least).lease(lease);
+    let calls = (0..LOCKS).map(|i| {
+        let holder = place.holder.clone();
+        tokio::spawn(async move {
+            let body = async move {
+                let token = lock_runtime::fencing_token().expect("held");
+                // Ends as the watchdog sends the first renewals (at a third
+                // of the lease), a few at a time.
+                let spread = Duration::from_micros(200 * (i as u64 % 16));
+                tokio::time::sleep(lease / 3 + spread).await;
+                Ok::<_, LockError>(token)
+            };
+            let key = format!("late:{i}");
+            let token = holder.run_locked(&key, options, body).await.expect("ran");
+            (key, token / 1000 + ms(at_least))
+        })
+    });
+    let mut ends = Vec::new();
+    for call in calls.collect::<Vec<_>>() {
+        ends.push(call.await.expect("the call"));
+    }
+    // Every key: taken until its end by the server's clock, free soon after
+    // (each read between two readings of that clock).
+    for _ in 0..2_000 {
+        let mut held = 0;
+        for (key, end) in &ends {
+            let before = place.time_ms().await;
+            let info = place.other.inspect(key).await.expect("inspect");
+            let after = place.time_ms().await;
+            if info.is_held() {
+                let holder = info.holder.as_ref().expect("held");
+                assert!(holder.kept, "{name}: {key} kept, not held by a body");
+                assert!(
+                    before <= end + ms(FREE_WITHIN),
+                    "{name}: {key} still taken {} ms after its end",
+                    before - end
+                );
+                held += 1;
+            } else {
+                assert!(
+                    after + 2 >= *end,
+                    "{name}: {key} free {} ms before its end",
+                    end - after
+                );
+            }
+        }
+        if held == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{name}: 2,000 rounds in vain");
+}
+
+async fn a_late_renewal_does_not_stretch_a_short_hold(place: Place) {
+    let (lease, at_least) = (Duration::from_millis(1_500), Duration::from_millis(600));
+    late_renewals_move_no_kept_end(place, lease, at_least).await;
+}
+
+async fn a_late_renewal_does_not_cut_a_long_hold_short(place: Place) {
+    let (lease, at_least) = (Duration::from_millis(600), Duration::from_millis(1_500));
+    late_renewals_move_no_kept_end(place, lease, at_least).await;
+}
+
+mod late_renewals {
+    use super::{LockClient, Place};
+
+    fn one_per_call() -> lock_runtime::LockClientBuilder {
+        LockClient::builder().renewal_batch_size(1)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn short_hold_on_redis() {
+        let place = Place::redis_with(one_per_call()).await;
+        super::a_late_renewal_does_not_stretch_a_short_hold(place).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn short_hold_on_embedded() {
+        let place = Place::embedded_with(one_per_call());
+        super::a_late_renewal_does_not_stretch_a_short_hold(place).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn long_hold_on_redis() {
+        let place = Place::redis_with(one_per_call()).await;
+        super::a_late_renewal_does_not_cut_a_long_hold_short(place).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn long_hold_on_embedded() {
+        let place = Place::embedded_with(one_per_call());
+        super::a_late_renewal_does_not_cut_a_long_hold_short(place).await;
+    }
+}
 
 /// A keyspace on the test's paused clock, and a client on it.
 fn paused() -> (EmbeddedKeyspace, LockClient) {

@@ -544,6 +544,10 @@ async fn a_hold_at_least_past_its_lease_survives_a_failover_with_sync_replicas()
         .await
         .expect("call task")
         .expect("released, kept until the end");
+    // Script calls on the replica from here on are the first client's
+    // release, sent again once it follows the new master (nobody else
+    // calls, and a replica runs no script of its master's stream).
+    sentinels.replica.reset_stats();
     sentinels.master.stop();
     let promoted = wait_until(FAILOVER_LIMIT, || {
         sentinels.current_master_port() == Some(sentinels.replica.port())
@@ -579,6 +583,28 @@ async fn a_hold_at_least_past_its_lease_survives_a_failover_with_sync_replicas()
     assert!(
         expires + 2 >= end,
         "expires at {expires}, before the end {end}"
+    );
+
+    // The release sent again to the new master recognises its own kept
+    // hold: the holder stays marked as kept, and the end stays where it was.
+    let scripts = || {
+        sentinels.replica.command_calls("evalsha") + sentinels.replica.command_calls("eval")
+    };
+    assert!(
+        wait_until(FAILOVER_LIMIT, || scripts() > 0),
+        "the release was not sent again"
+    );
+    let value: Option<String> = sentinels
+        .replica
+        .query(redis::cmd("GET").arg("lock:report"))
+        .flatten();
+    let (_, _, owner) = value.and_then(|v| parse_lock(&v)).expect("still kept");
+    assert!(owner.ends_with("/kept"), "held by {owner}");
+    let again =
+        support::expiry_ms(&mut sentinels.replica.connection(), "lock:report").expect("kept");
+    assert!(
+        again.abs_diff(expires) <= 2,
+        "the release sent again moved the end from {expires} to {again}"
     );
 
     // Another client's calls are refused there until the end, then take it.

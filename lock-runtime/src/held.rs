@@ -1,8 +1,8 @@
 //! A lock this client holds: its key, owner, lease and how long it is known
 //! to be valid; and the chain of held locks that a body runs in.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::Waker;
 use std::time::Duration;
 
@@ -192,13 +192,31 @@ pub(crate) struct HeldLock {
     /// body of the call that took the lock, which stops it on loss; one
     /// moved out of that body checks its frame at its next poll.
     lost: AtomicWaker,
-    /// When the watchdog should renew next, in ms after `epoch`.
+    /// Told of the loss besides the taking call, by the same mark (a
+    /// leader's term, which tells every task that waits on it). Boxed: a
+    /// thin pointer, one word on every held lock (few have a listener).
+    listener: OnceLock<Box<Arc<dyn OnLoss>>>,
+    /// When the watchdog should renew next, in ms after `epoch`
+    /// ([`IN_FLIGHT`] while a renewal call is out).
     next_renew_ms: AtomicU64,
     epoch: Instant,
     /// The turn of calls re-entering it from the taking call's body; ended
     /// when that call's body ends.
     turn: Turn,
 }
+
+/// One that hears a hold's loss at the moment it is marked, whatever marked
+/// it (see [`HeldLock::lose`]).
+pub(crate) trait OnLoss: Send + Sync {
+    /// The hold was found lost. Called once, on the thread that marked it
+    /// (the watchdog's, a renewal's, a release's, a `force_unlock`'s):
+    /// quick, and without locks of the caller's.
+    fn lost(&self, loss: Loss);
+}
+
+/// `next_renew_ms` while a renewal call is out: the watchdog does not send
+/// another one for the lock until the call answers or fails.
+const IN_FLIGHT: u64 = u64::MAX;
 
 /// How long a lock was granted for: its lease, less the drift margin, and
 /// whether it is renewed.
@@ -263,6 +281,7 @@ impl HeldLock {
             tail,
             validity: AtomicU64::new(pack_until(sent, sent + valid)),
             lost: AtomicWaker::new(),
+            listener: OnceLock::new(),
             next_renew_ms: AtomicU64::new(0),
             epoch: sent,
             turn: Turn::new(),
@@ -308,16 +327,30 @@ impl HeldLock {
         self.lease() / 3
     }
 
-    /// When the watchdog should renew this lock next.
-    pub(crate) fn next_renewal(&self) -> Instant {
-        self.epoch + Duration::from_millis(self.next_renew_ms.load(Ordering::Relaxed))
+    /// When the watchdog should renew this lock next; `None` while a
+    /// renewal call is out ([`renewal_sent`](HeldLock::renewal_sent)).
+    pub(crate) fn next_renewal(&self) -> Option<Instant> {
+        match self.next_renew_ms.load(Ordering::Relaxed) {
+            IN_FLIGHT => None,
+            ms => Some(self.epoch + Duration::from_millis(ms)),
+        }
+    }
+
+    /// A renewal call for this lock is out: no other is sent until it
+    /// answers or fails (which schedules the next one).
+    pub(crate) fn renewal_sent(&self) {
+        self.next_renew_ms.store(IN_FLIGHT, Ordering::Relaxed);
     }
 
     /// Sets when the watchdog should renew this lock next.
     pub(crate) fn schedule_renewal(&self, at: Instant) {
         let ms = at.saturating_duration_since(self.epoch).as_millis();
-        self.next_renew_ms
-            .store(u64::try_from(ms).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.next_renew_ms.store(
+            u64::try_from(ms)
+                .unwrap_or(IN_FLIGHT - 1)
+                .min(IN_FLIGHT - 1),
+            Ordering::Relaxed,
+        );
     }
 
     /// A renewal sent at `sent` succeeded: the lock is valid for another lease.
@@ -328,17 +361,47 @@ impl HeldLock {
         self.schedule_renewal(sent + self.renew_interval());
     }
 
-    /// Marks the lock lost; the body's watcher stops the body.
-    pub(crate) fn lose(&self, loss: Loss) {
+    /// Marks the lock lost, unless it already is: the one path of every
+    /// loss, whatever found it (the clock, a renewal's or a release's
+    /// answer, `force_unlock`, the shutdown). The first mark wins; it wakes
+    /// the taking call (whose next poll drops the body) and tells the
+    /// listener, once. Answers the loss the hold is marked with.
+    pub(crate) fn lose(&self, loss: Loss) -> Loss {
         let lost = pack_lost(loss);
-        let first = self
+        let marked = self
             .validity
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
-                (v < LOST_SHUT_DOWN).then_some(lost)
-            })
-            .is_ok();
-        if first {
-            self.lost.wake();
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |v| {
+                (v < LOST_FIRST).then_some(lost)
+            });
+        match marked {
+            Ok(_) => {
+                self.lost.wake();
+                // Paired with the fence in `listen`: a listener set
+                // meanwhile is seen here, or sees the mark there.
+                fence(Ordering::SeqCst);
+                if let Some(listener) = self.listener.get() {
+                    listener.lost(loss);
+                }
+                loss
+            }
+            Err(word) => match unpack(self.epoch, word) {
+                Validity::Lost(first) => first,
+                Validity::Until(_) => loss,
+            },
+        }
+    }
+
+    /// Has `listener` told of this hold's loss, at once if it is lost
+    /// already. One listener per hold (a later one is ignored).
+    pub(crate) fn listen(&self, listener: Arc<dyn OnLoss>) {
+        if self.listener.set(Box::new(listener)).is_err() {
+            return;
+        }
+        fence(Ordering::SeqCst);
+        if let (Validity::Lost(loss), Some(listener)) = (self.validity(), self.listener.get()) {
+            // Told twice at most (here and by the mark): listeners keep
+            // the first.
+            listener.lost(loss);
         }
     }
 
@@ -373,10 +436,7 @@ impl HeldLock {
     pub(crate) fn check_now(&self) -> Option<Loss> {
         match self.validity() {
             Validity::Lost(loss) => Some(loss),
-            Validity::Until(until) if Instant::now() >= until => {
-                self.lose(Loss::EXPIRED);
-                Some(Loss::EXPIRED)
-            }
+            Validity::Until(until) if Instant::now() >= until => Some(self.lose(Loss::EXPIRED)),
             Validity::Until(_) => None,
         }
     }
@@ -394,42 +454,53 @@ impl Drop for HeldLock {
 }
 
 /// `Validity` in a word: an instant as nanoseconds after the lock's epoch,
-/// or one of the lost states above every instant (`LOST_SHUT_DOWN` the
-/// lowest).
-const LOST_SHUT_DOWN: u64 = u64::MAX - 3;
-const LOST_FORCED: u64 = u64::MAX - 2;
-const LOST_EXPIRED: u64 = u64::MAX - 1;
-const LOST_TAKEN: u64 = u64::MAX;
+/// or a lost state above every instant, `LOST_FIRST` plus the loss's
+/// reason and what found it (see [`pack_lost`]).
+const LOST_FIRST: u64 = u64::MAX - 63;
 
 fn pack_until(epoch: Instant, until: Instant) -> u64 {
     let nanos = until.saturating_duration_since(epoch).as_nanos();
     u64::try_from(nanos)
-        .unwrap_or(LOST_SHUT_DOWN - 1)
-        .min(LOST_SHUT_DOWN - 1)
+        .unwrap_or(LOST_FIRST - 1)
+        .min(LOST_FIRST - 1)
 }
 
-/// The losses a hold is marked with (the others are found by the call
-/// itself, and never stored).
+/// The reasons and finders in the order their numbers pack them.
+const REASONS: [LossReason; 5] = [
+    LossReason::Taken,
+    LossReason::Expired,
+    LossReason::Unconfirmed,
+    LossReason::ShutDown,
+    LossReason::Detached,
+];
+const FINDERS: [FoundBy; 6] = [
+    FoundBy::Renewal,
+    FoundBy::Release,
+    FoundBy::ForceUnlock,
+    FoundBy::Clock,
+    FoundBy::ShutDown,
+    FoundBy::HoldEnded,
+];
+
+/// A loss in a word: its reason and what found it, each by its place in
+/// [`REASONS`] and [`FINDERS`].
 fn pack_lost(loss: Loss) -> u64 {
-    match loss {
-        Loss::FORCED => LOST_FORCED,
-        Loss::SHUT_DOWN => LOST_SHUT_DOWN,
-        Loss {
-            reason: LossReason::Taken,
-            ..
-        } => LOST_TAKEN,
-        _ => LOST_EXPIRED,
-    }
+    let reason = REASONS.iter().position(|r| *r == loss.reason).unwrap_or(0);
+    let finder = FINDERS
+        .iter()
+        .position(|f| *f == loss.found_by)
+        .unwrap_or(0);
+    LOST_FIRST + (reason as u64) * 8 + finder as u64
 }
 
 fn unpack(epoch: Instant, word: u64) -> Validity {
-    match word {
-        LOST_TAKEN => Validity::Lost(Loss::TAKEN),
-        LOST_FORCED => Validity::Lost(Loss::FORCED),
-        LOST_EXPIRED => Validity::Lost(Loss::EXPIRED),
-        LOST_SHUT_DOWN => Validity::Lost(Loss::SHUT_DOWN),
-        nanos => Validity::Until(epoch + Duration::from_nanos(nanos)),
+    if word < LOST_FIRST {
+        return Validity::Until(epoch + Duration::from_nanos(word));
     }
+    let n = (word - LOST_FIRST) as usize;
+    let reason = REASONS.get(n / 8).copied().unwrap_or(LossReason::Taken);
+    let found_by = FINDERS.get(n % 8).copied().unwrap_or(FoundBy::Renewal);
+    Validity::Lost(Loss::new(reason, found_by))
 }
 
 /// A duration in nanoseconds, saturating (at about 584 years).
@@ -442,12 +513,30 @@ mod tests {
     use super::HeldLock;
     use crate::turn::Turn;
 
+    /// Every loss packs into the word and comes back as it was marked.
+    #[test]
+    fn a_loss_packs_and_unpacks() {
+        let epoch = tokio::time::Instant::now();
+        for reason in super::REASONS {
+            for found_by in super::FINDERS {
+                let loss = super::Loss::new(reason, found_by);
+                let word = super::pack_lost(loss);
+                assert!(word >= super::LOST_FIRST);
+                assert_eq!(
+                    super::unpack(epoch, word),
+                    super::Validity::Lost(loss),
+                    "{loss:?}"
+                );
+            }
+        }
+    }
+
     /// One lives for every lock held, with its renewal's state: a field
     /// more is memory on every held lock (see lock-bench's workload (e)).
     #[test]
     fn a_held_lock_stays_small() {
         assert!(std::mem::size_of::<Turn>() <= 24);
         let size = std::mem::size_of::<HeldLock>();
-        assert!(size <= 200, "a held lock takes {size} bytes");
+        assert!(size <= 216, "a held lock takes {size} bytes");
     }
 }

@@ -8,6 +8,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::client::LockClient;
 use crate::error::LockError;
 
+/// What release.lua appends to the owner id of a hold it keeps until the
+/// end of its `hold_at_least` (see `docs/redis-layout.md`).
+const KEPT: &str = "/kept";
+
 /// A lock as its backend keeps it now: see [`LockClient::inspect`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -37,10 +41,16 @@ impl LockInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockHolder {
-    /// The acquisition's owner id, `<client id>:<n>`, as the lock keeps it.
+    /// The acquisition's owner id, `<client id>:<n>`. (A hold kept after
+    /// its body by `hold_at_least` keeps it as `<client id>:<n>/kept` in
+    /// Redis: see [`kept`](LockHolder::kept).)
     pub owner: String,
     /// The holding client's id: the owner id before its last `:`.
     pub client_id: String,
+    /// Whether the holder's body has ended and the lock is kept until the
+    /// end of its [`hold_at_least`](crate::LockOptions::hold_at_least):
+    /// nobody renews it, and it frees itself at [`LockInfo::ttl`].
+    pub kept: bool,
     /// What the holding client wrote about itself (its registry entry);
     /// `None` if it wrote nothing the reader could see (its entry lapsed, or
     /// the client's user may not write it).
@@ -142,8 +152,10 @@ impl LockClient {
     }
 
     /// The holder `owner`, with its client's registry entry if it can be read.
-    async fn holder(&self, owner: String) -> LockHolder {
+    async fn holder(&self, mut owner: String) -> LockHolder {
         let inner = &self.inner;
+        let kept = owner.ends_with(KEPT);
+        owner.truncate(owner.len() - if kept { KEPT.len() } else { 0 });
         let client_id = owner
             .rsplit_once(':')
             .map_or(owner.as_str(), |(id, _)| id)
@@ -163,6 +175,7 @@ impl LockClient {
         LockHolder {
             owner,
             client_id,
+            kept,
             client,
         }
     }

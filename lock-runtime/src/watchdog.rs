@@ -1,18 +1,27 @@
 //! One task per client renews every held lock at a third of its lease, and
-//! marks a lock lost when its validity runs out with no renewal (no timer
-//! per lock).
+//! marks a lock lost at its trusted end (its lease less the drift margin,
+//! moved by each confirmed renewal) when no renewal confirmed it in time
+//! (no timer per lock).
+//!
+//! The mark never waits for renewal I/O: the task sends renewal calls and
+//! goes on keeping time while they are out, each with a deadline of its own
+//! (past the end of every lock it carries, its answer could not save any),
+//! so a connection that stalls without a reset delays no expiry. A lock with
+//! a renewal call out gets no second one until that call answers or fails.
 //!
 //! Locks that fall due close together (within a quarter of their renewal
 //! interval) are renewed together, in the order they were taken, by script
 //! calls of at most `renewal_batch_size` locks each (256 by default) and
 //! about 64 KiB of keys and values, so a client holding many locks with
 //! the same lease sends a few commands per period, not one per lock, and
-//! each call blocks Redis for a bounded time. A renewal that finds a lock gone or taken marks it lost at
-//! once; a renewal that fails (Redis down or slow, or on Redlock too few
-//! nodes answering either way) is retried until the lock's validity runs
-//! out, which the body's watcher reports as lost. Either way the client's
-//! line for the key is woken at once, so that its head tries the lock
-//! rather than sleeping until its own deadline.
+//! each call blocks Redis for a bounded time. A renewal that finds a lock
+//! gone or taken marks it lost at once; a renewal that fails (Redis down or
+//! slow, or on Redlock too few nodes answering either way) is retried until
+//! the lock's trusted end, where the clock marks it lost. Either way the
+//! client's line for the key is woken at once, so that its head tries the
+//! lock rather than sleeping until its own deadline. A lock whose body has
+//! ended (unregistered) is neither sent for renewal nor marked by a late
+//! answer.
 
 use std::borrow::Borrow;
 use std::collections::HashSet;
@@ -21,6 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -104,11 +114,20 @@ impl Registry {
         }
     }
 
-    /// Stops renewing the lock `id`.
-    pub(crate) fn unregister(&self, id: u64) {
-        if let Some(Watched(held)) = self.with(|locks| locks.take(&id)) {
-            telemetry::unheld(&held);
-        }
+    /// Stops renewing the lock `id`; whether it was watched.
+    pub(crate) fn unregister(&self, id: u64) -> bool {
+        let Some(Watched(held)) = self.with(|locks| locks.take(&id)) else {
+            return false;
+        };
+        telemetry::unheld(&held);
+        true
+    }
+
+    /// The locks of `due` still watched: a lock whose body ended since is
+    /// not renewed (its release may have kept it until a `hold_at_least`
+    /// end that a renewal must not move).
+    fn still_watched(&self, due: &mut Vec<Arc<HeldLock>>) {
+        self.with(|locks| due.retain(|held| locks.contains(&held.id)));
     }
 
     /// Whether a lock on `key` (full key) is watched now: held by a body
@@ -154,7 +173,10 @@ impl Registry {
                 .iter()
                 .map(|Watched(held)| held)
                 .filter(|held| held.renew)
-                .filter(|held| held.next_renewal() <= now + held.renew_interval() / 4)
+                .filter(|held| {
+                    held.next_renewal()
+                        .is_some_and(|at| at <= now + held.renew_interval() / 4)
+                })
                 .cloned()
                 .collect();
             (due, next)
@@ -163,13 +185,13 @@ impl Registry {
 }
 
 /// When the watchdog must next look at `held`: its renewal, or the end of
-/// its validity, whichever is first.
+/// its validity, whichever is first (the end alone while a renewal call is
+/// out).
 fn next_event(held: &HeldLock) -> Option<Instant> {
     let until = held.valid_until()?;
-    Some(if held.renew {
-        held.next_renewal().min(until)
-    } else {
-        until
+    Some(match held.next_renewal() {
+        Some(renewal) if held.renew => renewal.min(until),
+        _ => until,
     })
 }
 
@@ -177,26 +199,42 @@ fn next_event(held: &HeldLock) -> Option<Instant> {
 ///
 /// A renewal call renews at most `batch` locks
 /// ([`LockClientBuilder::renewal_batch_size`](crate::LockClientBuilder::renewal_batch_size)).
+/// The calls run inside this task, beside the pass that marks expiries:
+/// the task sleeps until the next renewal or trusted end, a registration
+/// that falls due earlier, or a call's answer, whichever comes first.
 pub(crate) async fn run(registry: Arc<Registry>, backend: Backend, batch: usize) {
+    let mut calls = FuturesUnordered::new();
+    // When a call's answer scheduled a retry, at the earliest.
+    let mut retry: Option<Instant> = None;
     loop {
         let now = Instant::now();
         let (mut due, next) = registry.due(now);
+        retry = retry.filter(|at| *at > now);
         if !due.is_empty() {
             // In the order they were taken: Redis made their keys in about
             // that order, close together in its memory, so a batch of
             // them is read with fewer cache misses than one in the
             // registry's order (a third less Redis time at 100,000 locks).
             due.sort_unstable_by_key(|held| held.id);
-            renew(&registry, &backend, &due, batch).await;
+            for call in split(due, batch) {
+                calls.push(renew_batch(&registry, &backend, call));
+            }
             continue;
         }
-        let wake = next.unwrap_or(now + Duration::from_secs(3600));
+        let wake = next
+            .into_iter()
+            .chain(retry)
+            .min()
+            .unwrap_or(now + Duration::from_secs(3600));
         registry
             .wake_at_ms
             .store(registry.ms(wake), Ordering::Release);
         tokio::select! {
             () = tokio::time::sleep_until(wake) => {}
             () = registry.changed.notified() => {}
+            Some(again) = calls.next(), if !calls.is_empty() => {
+                retry = retry.into_iter().chain(again).min();
+            }
         }
         // Awake: any registration from now until the next sleep notifies,
         // leaving a permit, so none is missed.
@@ -204,15 +242,18 @@ pub(crate) async fn run(registry: Arc<Registry>, backend: Backend, batch: usize)
     }
 }
 
-/// Renews `due` in calls of at most `most` locks and about [`CALL_BYTES`]
-/// each, one after another.
-async fn renew(registry: &Registry, backend: &Backend, due: &[Arc<HeldLock>], most: usize) {
-    let mut rest = due;
+/// `due` split into renewal calls of at most `most` locks and about
+/// [`CALL_BYTES`] each, each lock marked as having a call out.
+fn split(due: Vec<Arc<HeldLock>>, most: usize) -> Vec<Vec<Arc<HeldLock>>> {
+    let mut calls = Vec::new();
+    let mut rest = &due[..];
     while !rest.is_empty() {
-        let (batch, after) = rest.split_at(batch_len(rest, most));
+        let (call, after) = rest.split_at(batch_len(rest, most));
+        call.iter().for_each(|held| held.renewal_sent());
+        calls.push(call.to_vec());
         rest = after;
-        renew_batch(registry, backend, batch).await;
     }
+    calls
 }
 
 /// The most bytes of keys and owner ids that one renewal call carries
@@ -245,8 +286,19 @@ fn fitting(key_lens: impl ExactSizeIterator<Item = usize>, most: usize) -> usize
     over.map_or(n, |at| at.max(1))
 }
 
-/// One renewal call's locks: renewed, lost, or to try again soon.
-async fn renew_batch(registry: &Registry, backend: &Backend, batch: &[Arc<HeldLock>]) {
+/// One renewal call's locks: renewed, lost, or to try again soon. Answers
+/// the earliest retry it scheduled, if any.
+///
+/// The call's deadline is the latest trusted end among its locks: by then
+/// the clock has marked every one of them lost, and no answer could renew
+/// them. The locks whose body ended before the call goes out are left out.
+async fn renew_batch(
+    registry: &Registry,
+    backend: &Backend,
+    mut batch: Vec<Arc<HeldLock>>,
+) -> Option<Instant> {
+    registry.still_watched(&mut batch);
+    let deadline = batch.iter().filter_map(|held| held.valid_until()).max()?;
     let owners: Vec<OwnerId> = batch.iter().map(|h| h.owner_id()).collect();
     let items: Vec<RenewItem<'_>> = batch
         .iter()
@@ -259,38 +311,48 @@ async fn renew_batch(registry: &Registry, backend: &Backend, batch: &[Arc<HeldLo
         })
         .collect();
     let sent = Instant::now();
-    match backend.renew(&items).await {
-        Ok(found) => {
-            for (held, renewal) in batch.iter().zip(found) {
-                match renewal {
-                    Renewal::Renewed => {
-                        held.renewed(sent);
-                        telemetry::renewed(held);
-                    }
-                    Renewal::Gone => {
-                        telemetry::renewal_found_gone(held);
-                        registry.unregister(held.id);
-                        registry.lose(held, Loss::TAKEN);
-                    }
-                    Renewal::Unknown => {
-                        let error = "too few nodes answered in time";
-                        telemetry::renewal_failed(std::slice::from_ref(held), &error);
-                        retry_soon(held);
-                    }
-                }
+    let answer = tokio::time::timeout_at(deadline, backend.renew(&items)).await;
+    let found = match answer {
+        Ok(Ok(found)) => found,
+        Ok(Err(error)) => {
+            telemetry::renewal_failed(&batch, &error);
+            return batch.iter().map(|held| retry_soon(held)).min();
+        }
+        Err(_elapsed) => {
+            let error = "no answer before the trusted end of every lock of the call";
+            telemetry::renewal_failed(&batch, &error);
+            return batch.iter().map(|held| retry_soon(held)).min();
+        }
+    };
+    let mut retry = None;
+    for (held, renewal) in batch.iter().zip(found) {
+        match renewal {
+            Renewal::Renewed => {
+                held.renewed(sent);
+                telemetry::renewed(held);
+            }
+            // A lock whose body ended meanwhile: its release tells.
+            Renewal::Gone if !registry.unregister(held.id) => {}
+            Renewal::Gone => {
+                telemetry::renewal_found_gone(held);
+                registry.lose(held, Loss::TAKEN);
+            }
+            Renewal::Unknown => {
+                let error = "too few nodes answered in time";
+                telemetry::renewal_failed(std::slice::from_ref(held), &error);
+                retry = retry.into_iter().chain([retry_soon(held)]).min();
             }
         }
-        Err(error) => {
-            telemetry::renewal_failed(batch, &error);
-            batch.iter().for_each(|held| retry_soon(held));
-        }
     }
+    retry
 }
 
 /// Schedules another renewal of `held` soon: a third of its interval.
-fn retry_soon(held: &HeldLock) {
+fn retry_soon(held: &HeldLock) -> Instant {
     let retry = (held.renew_interval() / 3).max(Duration::from_millis(10));
-    held.schedule_renewal(Instant::now() + retry);
+    let at = Instant::now() + retry;
+    held.schedule_renewal(at);
+    at
 }
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 //! (also on drop). Single nodes ([`Server`], [`ServerOptions`]), TLS
 //! ([`Certs`]), replicas and sentinels ([`replication`]), and clusters
 //! ([`cluster`]); and PostgreSQL servers ([`Postgres`]), the resource of
-//! the fenced-write tests. The integration tests, `lock-chaos` and
+//! the fenced-write tests; and a freezable loopback TCP proxy ([`Proxy`]),
+//! a connection that stalls without a reset, or is cut. The integration tests, `lock-chaos` and
 //! `lock-bench` use it; it is not published.
 //!
 //! A redis-server is started with no parent-death signal: a server lives
@@ -20,6 +21,7 @@ pub mod cluster;
 mod dir;
 mod ports;
 mod postgres;
+mod proxy;
 pub mod replication;
 mod server;
 mod tls;
@@ -29,6 +31,7 @@ pub use binaries::{cli_bin, not_startable, server_bin};
 pub use dir::TempDir;
 pub use ports::{free_cluster_port, free_port};
 pub use postgres::{postgres_bin_dir, Postgres};
+pub use proxy::Proxy;
 pub use server::{calls_in, Paused, Server, ServerOptions};
 pub use tls::Certs;
 pub use wait::wait_until;

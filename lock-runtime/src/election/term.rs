@@ -7,7 +7,7 @@ use std::sync::{Arc, Weak};
 use tokio::sync::watch;
 
 use crate::error::LossReason;
-use crate::held::HeldLock;
+use crate::held::{HeldLock, Loss, OnLoss};
 use crate::telemetry;
 
 /// One term of leadership won by [`lead`](crate::lead) or
@@ -81,16 +81,22 @@ struct Shared {
 
 impl Term {
     /// The term of the hold `held`, which has just started.
+    ///
+    /// The term hears the hold's loss at the moment it is marked, from
+    /// whatever marked it (the clock's pass of the watchdog, a renewal's or
+    /// the release's answer, `force_unlock`, the shutdown), and tells every
+    /// clone's [`ended`](Term::ended) and the leader gauge from there: not
+    /// when the leader's own future is next polled.
     pub(super) fn new(held: &Arc<HeldLock>) -> Term {
         telemetry::elected(held.label, held.token);
-        Term {
-            shared: Arc::new(Shared {
-                token: held.token,
-                label: held.label,
-                held: Arc::downgrade(held),
-                end: watch::Sender::new(None),
-            }),
-        }
+        let shared = Arc::new(Shared {
+            token: held.token,
+            label: held.label,
+            held: Arc::downgrade(held),
+            end: watch::Sender::new(None),
+        });
+        held.listen(shared.clone());
+        Term { shared }
     }
 
     /// The term's fencing token: the token of its lock's acquisition, which
@@ -151,25 +157,35 @@ impl Shared {
     /// it, which stops the leader's future at its next poll).
     fn check_now(&self) -> Option<TermEnd> {
         let loss = self.held.upgrade()?.check_now()?;
-        let end = match loss.reason {
-            LossReason::ShutDown => TermEnd::ShutDown,
-            reason => TermEnd::Lost(reason),
-        };
+        let end = Shared::end_of(loss);
         self.finish(end);
         self.end.borrow().or(Some(end))
     }
 
+    fn end_of(loss: Loss) -> TermEnd {
+        match loss.reason {
+            LossReason::ShutDown => TermEnd::ShutDown,
+            reason => TermEnd::Lost(reason),
+        }
+    }
+
+    /// Ends the term once: the leader gauge drops, then every clone's
+    /// `ended()` and `lost()` hear it.
     fn finish(&self, end: TermEnd) {
-        let first = self.end.send_if_modified(|now| {
+        self.end.send_if_modified(|now| {
             let first = now.is_none();
             if first {
                 *now = Some(end);
+                telemetry::term_ended(self.label, self.token, &end);
             }
             first
         });
-        if first {
-            telemetry::term_ended(self.label, self.token, &end);
-        }
+    }
+}
+
+impl OnLoss for Shared {
+    fn lost(&self, loss: Loss) {
+        self.finish(Shared::end_of(loss));
     }
 }
 

@@ -546,6 +546,9 @@ fn finish<O: Outcome<T, E>, T, E>(
         return O::body(result);
     };
     let loss = Loss::new(reason, FoundBy::Release);
+    // Marked as every loss is, so that the hold's listeners hear it; the
+    // caller is told what the release found.
+    held.lose(loss);
     telemetry::lost(held, loss);
     O::lock(lost(held, loss))
 }

@@ -182,6 +182,7 @@ impl<'c> Chain<'c> {
                 continue;
             };
             let loss = Loss::new(reason, FoundBy::Release);
+            held.lose(loss);
             telemetry::lost(held, loss);
             error.get_or_insert(LockError::Lost {
                 key: held.key.clone(),

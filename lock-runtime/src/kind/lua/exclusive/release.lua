@@ -11,10 +11,18 @@
 --          sent again (to a new master after a failover, see
 --          lock-runtime/src/route/replay.rs) sets the same end.
 -- The freed lock keeps its fence and the rest of its lease as its expiry.
--- With ARGV[4] still ahead (by TIME), the lock is not freed: its value
--- stays as it is (held by ARGV[1]) and it expires at that end, with no
--- process alive (a hold the end of its lease would outlive is cut short to
--- it; one it would end before is lengthened, past the lease if need be).
+-- With ARGV[4] still ahead (by TIME), the lock is not freed but kept: its
+-- holder becomes `ARGV[1]/kept` (fence and state as they were) and it
+-- expires at that end, with no process alive (a hold the end of its lease
+-- would outlive is cut short to it; one it would end before is lengthened,
+-- past the lease if need be). The marked holder is another owner to every
+-- other script, of this version and of layout-1 clients before it: a
+-- renewal of ARGV[1] that reaches the node after this release (sent
+-- before it, or on another connection) finds it not held and leaves the
+-- end where it is. This script alone recognises it as ARGV[1]'s own: the
+-- same release sent again (a replay after a failover) sets the same end
+-- again and answers 1, and a release of ARGV[1] without an end leaves the
+-- kept hold as it is and answers 1.
 -- With ARGV[4] passed, the lock is freed as without it.
 -- When freed or kept, publishes `ARGV[2]:ARGV[3]` on the channel named
 -- KEYS[1] if a caller found the lock held (uncontended releases publish
@@ -36,8 +44,12 @@ end
 if bad then
   return bad
 end
-if not fence or state == 'f' or holder ~= ARGV[1] then
+local kept = ARGV[1] .. '/kept'
+if not fence or state == 'f' or (holder ~= ARGV[1] and holder ~= kept) then
   return -1
+end
+if holder == kept and not ARGV[4] then
+  return 1
 end
 local left = 0
 if ARGV[4] then
@@ -45,7 +57,7 @@ if ARGV[4] then
   left = tonumber(ARGV[4]) - (tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
 end
 if left > 0 then
-  redis.call('pexpire', key, left)
+  redis.call('set', key, 'L1:' .. fence .. ':' .. state .. ':' .. kept, 'px', left)
 else
   redis.call('set', key, 'L1:' .. fence .. ':f:', 'keepttl')
 end

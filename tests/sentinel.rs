@@ -587,9 +587,8 @@ async fn a_hold_at_least_past_its_lease_survives_a_failover_with_sync_replicas()
 
     // The release sent again to the new master recognises its own kept
     // hold: the holder stays marked as kept, and the end stays where it was.
-    let scripts = || {
-        sentinels.replica.command_calls("evalsha") + sentinels.replica.command_calls("eval")
-    };
+    let scripts =
+        || sentinels.replica.command_calls("evalsha") + sentinels.replica.command_calls("eval");
     assert!(
         wait_until(FAILOVER_LIMIT, || scripts() > 0),
         "the release was not sent again"

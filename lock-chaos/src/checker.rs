@@ -78,6 +78,17 @@
 //!     `KindMismatch` on a key that the workload keeps to kinds that can
 //!     share it.
 //!
+//! 16. The hold's own end (one node: `stall_slack` set): a stall of a
+//!     worker's link that neither answers nor resets (a pause of the node,
+//!     a black hole of its proxy, for every worker or that worker's link)
+//!     that outlasts a lease confirms no renewal after it starts, so a hold
+//!     granted before the stall is trusted until the stall's start plus the
+//!     lease at most. A body inside its hold when the stall starts does not
+//!     run past that by more than `stall_slack`: the client marks the hold
+//!     lost at its trusted end whatever its stalled renewal calls do, and
+//!     the body is dropped there. A re-entered body runs under its
+//!     acquisition's lease.
+//!
 //! Rules 11 to 15 are the election mode's, on its terms and ticks
 //! (`crate::election_rules`): ticks in Redis order, terms' tokens rise, no
 //! stale tick after a newer term's, hand-over within 1 s of a
@@ -131,6 +142,58 @@ fn inside_until(b: &Body, last_resume: &HashMap<(u32, u64), u64>) -> u64 {
     }
     let seen = last_resume.get(&(b.proc, b.call)).copied().unwrap_or(0);
     seen.max(b.enter).min(b.exit)
+}
+
+/// Whether `kind` (as the history names it) stalls a link without
+/// resetting it, and to whom: `target` is `node0` (every worker) or
+/// `node0/w<n>` (worker n's link).
+fn stalled_worker(kind: &str, target: &str, proc: u32) -> bool {
+    let stalls = kind.starts_with("pause") || kind == "blackhole";
+    stalls
+        && match target.split_once("/w") {
+            Some((_, w)) => w.parse() == Ok(proc),
+            None => true,
+        }
+}
+
+/// Rule 16.
+pub fn hold_end(ix: &Index<'_>, limits: &Limits) -> Vec<Violation> {
+    let Some(slack) = limits.stall_slack else {
+        return Vec::new();
+    };
+    let h = ix.history;
+    let mut out = Vec::new();
+    for f in &h.faults {
+        for b in &h.bodies {
+            let Some(lease) = ix.call(b.proc, b.acq).map(|c| c.lease) else {
+                continue;
+            };
+            let bound = f.start + lease + slack;
+            if !stalled_worker(&f.kind, &f.target, b.proc)
+                || f.end <= bound
+                || b.enter >= f.start
+                || b.exit <= bound
+            {
+                continue;
+            }
+            out.push(Violation {
+                rule: 16,
+                key: b.key.clone(),
+                at: b.exit,
+                shape: "past its hold".to_owned(),
+                message: format!(
+                    "{} ran {:.1} ms past its hold's last trusted end: its link stalled ({} on {}) at {:.3} ms, a lease of {:.0} ms before",
+                    describe(b),
+                    (b.exit - f.start - lease) as f64 / 1e6,
+                    f.kind,
+                    f.target,
+                    f.start as f64 / 1e6,
+                    lease as f64 / 1e6
+                ),
+            });
+        }
+    }
+    out
 }
 
 /// Rule 1.
@@ -312,6 +375,7 @@ pub fn check(history: &History, limits: &Limits) -> Vec<Violation> {
     out.extend(crate::kinds::permits(&ix));
     out.extend(crate::kinds::fair_order(&ix, limits));
     out.extend(crate::kinds::kinds_apart(&ix));
+    out.extend(hold_end(&ix, limits));
     out.extend(crate::election_rules::check(history, limits));
     out.sort_by_key(|v| (v.at, v.rule));
     out

@@ -503,3 +503,71 @@ fn unclean_holders_and_refused_grants_explain_rule_7() {
 mod election;
 mod kinds;
 mod multi;
+
+/// A stall of `kind` on `target` from 50 s, for 2 s (four leases).
+fn stall(h: &mut History, kind: &str, target: &str) {
+    h.faults.push(Fault {
+        kind: kind.into(),
+        target: target.into(),
+        start: 50_000 * MS,
+        end: 52_000 * MS,
+    });
+}
+
+#[test]
+fn a_body_stopped_at_its_trusted_end_passes_rule_16() {
+    for (kind, target) in [("blackhole", "node0"), ("pause2500ms", "node0/w1")] {
+        let mut h = good();
+        stall(&mut h, kind, target);
+        // Inside at the stall, dropped within the lease (500 ms) and the
+        // slack after it: told Lost.
+        section(&mut h, 1, 20, "s", 49_900, 50_550, 9, Outcome::LostExpired);
+        // Entered after the stall began: its hold is not the stall's.
+        section(&mut h, 1, 21, "t", 50_100, 50_900, 9, Outcome::LostExpired);
+        // Another worker's link stalled alone does not stall this one's.
+        if target != "node0" {
+            section(&mut h, 2, 22, "u", 49_900, 51_000, 9, Outcome::Ok);
+        }
+        let v = check(&h, &Limits::default());
+        assert!(v.is_empty(), "{kind} on {target}: {v:#?}");
+    }
+}
+
+#[test]
+fn a_body_past_its_trusted_end_fails_rule_16() {
+    let mut h = good();
+    stall(&mut h, "blackhole", "node0");
+    // Inside at the stall, still running 700 ms after it: 200 ms past the
+    // lease, beyond the slack.
+    section(&mut h, 1, 20, "s", 49_900, 50_700, 9, Outcome::LostExpired);
+    let v = check(&h, &Limits::default());
+    assert_eq!(rules(&v), vec![16], "{v:#?}");
+    assert!(v[0].message.contains("past its hold"), "{}", v[0].message);
+    // A re-entered body runs under its acquisition's lease.
+    let mut h = good();
+    stall(&mut h, "pause2500ms", "node0/w1");
+    section(&mut h, 1, 20, "s", 49_800, 51_900, 9, Outcome::LostExpired);
+    h.bodies.push(body(1, 23, 20, "s", 49_900, 50_800, 9));
+    h.calls
+        .push(call(1, 23, 20, "s", 49_899, 50_801, Outcome::LostExpired));
+    let v = check(&h, &Limits::default());
+    assert_eq!(rules(&v), vec![16, 16], "{v:#?}");
+    // A stall shorter than the lease proves nothing; Redlock turns it off.
+    let mut h = good();
+    h.faults.push(Fault {
+        kind: "pause400ms".into(),
+        target: "node0".into(),
+        start: 50_000 * MS,
+        end: 50_400 * MS,
+    });
+    section(&mut h, 1, 20, "s", 49_900, 50_700, 9, Outcome::Ok);
+    assert!(check(&h, &Limits::default()).is_empty());
+    let mut h = good();
+    stall(&mut h, "blackhole", "node0");
+    section(&mut h, 1, 20, "s", 49_900, 50_700, 9, Outcome::LostExpired);
+    let redlock = Limits {
+        stall_slack: None,
+        ..Limits::default()
+    };
+    assert!(check(&h, &redlock).is_empty());
+}

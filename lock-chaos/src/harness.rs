@@ -62,10 +62,16 @@ impl Mode {
 
     /// The checker's limits for its histories.
     pub fn limits(self) -> Limits {
-        if self.replicated() {
-            Limits::replicated(crate::worker::SYNC_TIMEOUT_MS * 1_000_000)
-        } else {
-            Limits::default()
+        match self {
+            Mode::Cluster | Mode::Sentinel => {
+                Limits::replicated(crate::worker::SYNC_TIMEOUT_MS * 1_000_000)
+            }
+            // A stalled node stalls no quorum: rule 16 is off.
+            Mode::Redlock => Limits {
+                stall_slack: None,
+                ..Limits::default()
+            },
+            Mode::Single => Limits::default(),
         }
     }
 }

@@ -33,6 +33,11 @@ pub struct Limits {
     /// may still be held (a release sent again to a new master after a
     /// failover). `None`: rule 7 is off (one node, Redlock).
     pub release_bound: Option<u64>,
+    /// Rule 16's slack: how long after a hold's last possible trusted end
+    /// (a stall's start plus the lease) its body may still run. `None`:
+    /// rule 16 is off (deployments where one node's stall does not stall
+    /// every renewal: Redlock, Cluster, Sentinel).
+    pub stall_slack: Option<u64>,
 }
 
 impl Limits {
@@ -46,6 +51,7 @@ impl Limits {
         Limits {
             grant_lead: sync_timeout + 3 * base.command_timeout,
             release_bound: Some(5_000_000_000),
+            stall_slack: None,
             ..base
         }
     }
@@ -62,6 +68,7 @@ impl Default for Limits {
             resume_slack: 5_000_000,
             grant_lead: 0,
             release_bound: None,
+            stall_slack: Some(100_000_000),
         }
     }
 }
@@ -69,7 +76,7 @@ impl Default for Limits {
 /// One broken rule.
 #[derive(Debug, Clone)]
 pub struct Violation {
-    /// 1 to 15 (11 to 15: the election mode's).
+    /// 1 to 16 (11 to 15: the election mode's).
     pub rule: u8,
     /// The key.
     pub key: String,

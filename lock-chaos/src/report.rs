@@ -207,13 +207,13 @@ pub fn summary(h: &History, duration_s: f64, violations: &[Violation]) -> String
     out.push_str(&nested_summary(h));
     out.push_str(&multi_summary(h));
     out.push_str(&kinds_summary(h));
-    let mut rules = [0usize; 16];
+    let mut rules = [0usize; 17];
     for v in violations {
-        rules[usize::from(v.rule).min(15)] += 1;
+        rules[usize::from(v.rule).min(16)] += 1;
     }
     let _ = writeln!(
         out,
-        "violations: {} (mutual exclusion {}, fencing {}, bounded calls {}, availability {}, siblings {}, after hold {}, released keys {}, permits {}, fair order {}, kinds apart {})",
+        "violations: {} (mutual exclusion {}, fencing {}, bounded calls {}, availability {}, siblings {}, after hold {}, released keys {}, permits {}, fair order {}, kinds apart {}, hold's end {})",
         violations.len(),
         rules[1],
         rules[2],
@@ -224,7 +224,8 @@ pub fn summary(h: &History, duration_s: f64, violations: &[Violation]) -> String
         rules[7],
         rules[8],
         rules[9],
-        rules[10]
+        rules[10],
+        rules[16]
     );
     if !h.election.is_empty() {
         let _ = writeln!(

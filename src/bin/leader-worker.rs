@@ -21,8 +21,9 @@
 //!   refused by the resource, which a newer term (`stored`) wrote;
 //! - `resign <token> <ms>`: the term `token` resigns (its future returns
 //!   `Ok` right after);
-//! - `error <ms> <error>`: `lead` returned an error (a refused tick ends
-//!   the term with it); the process campaigns again.
+//! - `error <ms> <error>`: `lead` returned an error; the process
+//!   campaigns again. (A refused tick ends the term: the leader steps down
+//!   and campaigns again after `rest-ms`.)
 //!
 //! The process exits by itself after 10 minutes at most.
 
@@ -128,7 +129,14 @@ async fn leader(
         // the lock's check before this poll and the write.
         std::thread::sleep(shape.work);
         let written = tokio::spawn(tick(client.clone(), token, at)).await;
-        written.expect("the tick task does not panic")?;
+        match written.expect("the tick task does not panic") {
+            // A newer term wrote: this one is over, whether or not its
+            // loss reached the body first (a pause can end between the
+            // write and the body's next poll). Step down, as a leader
+            // told by its resource does.
+            Err(LockError::Fenced { .. }) => return Ok(()),
+            written => written?,
+        }
         tokio::select! {
             () = tokio::time::sleep(shape.tick) => {}
             changed = resign.changed(), if listening => {

@@ -3,11 +3,12 @@
 //! moved by each confirmed renewal) when no renewal confirmed it in time
 //! (no timer per lock).
 //!
-//! The mark never waits for renewal I/O: the task sends renewal calls and
-//! goes on keeping time while they are out, each with a deadline of its own
-//! (past the end of every lock it carries, its answer could not save any),
-//! so a connection that stalls without a reset delays no expiry. A lock with
-//! a renewal call out gets no second one until that call answers or fails.
+//! The mark never waits for renewal I/O: the task sends renewal calls (a
+//! few at a time, the rest in turn) and goes on keeping time while they are
+//! out, each with a deadline of its own (past the end of every lock it
+//! carries, its answer could not save any), so a connection that stalls
+//! without a reset delays no expiry. A lock with a renewal call out or
+//! waiting its turn gets no second one until that call answers or fails.
 //!
 //! Locks that fall due close together (within a quarter of their renewal
 //! interval) are renewed together, in the order they were taken, by script
@@ -24,7 +25,7 @@
 //! answer.
 
 use std::borrow::Borrow;
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -195,47 +196,68 @@ fn next_event(held: &HeldLock) -> Option<Instant> {
     })
 }
 
+/// How many renewal calls are out at once, at most; the others wait their
+/// turn (their locks are not due again meanwhile). One: Redis runs each
+/// call in about the same time whatever the client does meanwhile, and
+/// measured (lock-bench (e), 100,000 locks) a second call out beside it
+/// made each call slower in Redis (about 1.5 times the Redis time per held
+/// lock, as client and server share the cores), and all of them out at
+/// once queued on the connection until a third of them timed out. The
+/// expiry pass does not wait for them either way.
+const CALLS_OUT: usize = 1;
+
 /// Runs until the client's background runtime stops.
 ///
 /// A renewal call renews at most `batch` locks
 /// ([`LockClientBuilder::renewal_batch_size`](crate::LockClientBuilder::renewal_batch_size)).
-/// The calls run inside this task, beside the pass that marks expiries:
-/// the task sleeps until the next renewal or trusted end, a registration
-/// that falls due earlier, or a call's answer, whichever comes first.
+/// The calls run inside this task, beside the pass that marks expiries
+/// ([`CALLS_OUT`] at a time): the task sleeps until the next renewal or
+/// trusted end, a registration that falls due earlier, or a call's answer,
+/// whichever comes first.
 pub(crate) async fn run(registry: Arc<Registry>, backend: Backend, batch: usize) {
     let mut calls = FuturesUnordered::new();
-    // When a call's answer scheduled a retry, at the earliest.
-    let mut retry: Option<Instant> = None;
+    let mut waiting: VecDeque<Vec<Arc<HeldLock>>> = VecDeque::new();
+    // The next event the last pass over the locks found, and the earliest
+    // that a call's answer set since (a renewal, or a retry).
+    let (mut next, mut set): (Option<Instant>, Option<Instant>) = (None, None);
+    // Whether to pass over every lock: at an event or a registration, not
+    // at a call's answer (a pass reads every held lock, which at 100,000
+    // locks costs the next call's Redis time in cache misses).
+    let mut pass = true;
     loop {
         let now = Instant::now();
-        let (mut due, next) = registry.due(now);
-        retry = retry.filter(|at| *at > now);
-        if !due.is_empty() {
+        if pass {
+            let (mut due, found) = registry.due(now);
+            (next, set) = (found, None);
             // In the order they were taken: Redis made their keys in about
             // that order, close together in its memory, so a batch of
             // them is read with fewer cache misses than one in the
             // registry's order (a third less Redis time at 100,000 locks).
             due.sort_unstable_by_key(|held| held.id);
-            for call in split(due, batch) {
-                calls.push(renew_batch(&registry, &backend, call));
-            }
-            continue;
+            waiting.extend(split(due, batch));
+        }
+        while calls.len() < CALLS_OUT {
+            let Some(call) = waiting.pop_front() else {
+                break;
+            };
+            calls.push(renew_batch(&registry, &backend, call));
         }
         let wake = next
             .into_iter()
-            .chain(retry)
+            .chain(set)
             .min()
             .unwrap_or(now + Duration::from_secs(3600));
         registry
             .wake_at_ms
             .store(registry.ms(wake), Ordering::Release);
-        tokio::select! {
-            () = tokio::time::sleep_until(wake) => {}
-            () = registry.changed.notified() => {}
+        pass = tokio::select! {
+            () = tokio::time::sleep_until(wake) => true,
+            () = registry.changed.notified() => true,
             Some(again) = calls.next(), if !calls.is_empty() => {
-                retry = retry.into_iter().chain(again).min();
+                set = set.into_iter().chain(again).min();
+                false
             }
-        }
+        };
         // Awake: any registration from now until the next sleep notifies,
         // leaving a permit, so none is missed.
         registry.wake_at_ms.store(u64::MAX, Ordering::Release);
@@ -287,7 +309,7 @@ fn fitting(key_lens: impl ExactSizeIterator<Item = usize>, most: usize) -> usize
 }
 
 /// One renewal call's locks: renewed, lost, or to try again soon. Answers
-/// the earliest retry it scheduled, if any.
+/// the earliest renewal it scheduled, if any.
 ///
 /// The call's deadline is the latest trusted end among its locks: by then
 /// the clock has marked every one of them lost, and no answer could renew
@@ -324,12 +346,13 @@ async fn renew_batch(
             return batch.iter().map(|held| retry_soon(held)).min();
         }
     };
-    let mut retry = None;
+    let mut next = None;
     for (held, renewal) in batch.iter().zip(found) {
         match renewal {
             Renewal::Renewed => {
                 held.renewed(sent);
                 telemetry::renewed(held);
+                next = next.into_iter().chain(held.next_renewal()).min();
             }
             // A lock whose body ended meanwhile: its release tells.
             Renewal::Gone if !registry.unregister(held.id) => {}
@@ -340,11 +363,11 @@ async fn renew_batch(
             Renewal::Unknown => {
                 let error = "too few nodes answered in time";
                 telemetry::renewal_failed(std::slice::from_ref(held), &error);
-                retry = retry.into_iter().chain([retry_soon(held)]).min();
+                next = next.into_iter().chain([retry_soon(held)]).min();
             }
         }
     }
-    retry
+    next
 }
 
 /// Schedules another renewal of `held` soon: a third of its interval.

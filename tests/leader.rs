@@ -579,3 +579,73 @@ async fn the_leader_gauge_is_one_while_a_term_runs() {
         "the rendered key is a label"
     );
 }
+
+/// A term's future that fails after its term was lost (another client
+/// forced the lock free and took it; the loss had not reached the future
+/// yet, as a refused stale write shows): `lead` counts the error as the
+/// loss and campaigns again, rather than returning it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_after_the_term_was_lost_is_a_loss_and_lead_campaigns_again() {
+    let keyspace = lock_runtime::EmbeddedKeyspace::new();
+    let leader = LockClient::builder().in_memory_shared(&keyspace);
+    let other = LockClient::builder().in_memory_shared(&keyspace);
+    let (elected_tx, mut elected) = mpsc::unbounded_channel();
+    let go = Arc::new(Notify::new());
+    let (terms, notify) = (Arc::new(AtomicUsize::new(0)), go.clone());
+    let campaign = tokio::spawn(async move {
+        leader
+            .lead("job", LockOptions::new(), |term| {
+                let (elected_tx, go, terms) = (elected_tx.clone(), notify.clone(), terms.clone());
+                async move {
+                    let n = terms.fetch_add(1, Ordering::SeqCst);
+                    let _ = elected_tx.send(term.token());
+                    if n > 0 {
+                        return Ok(());
+                    }
+                    go.notified().await;
+                    Err(AppError::Stopped)
+                }
+            })
+            .await
+    });
+    let first = timeout(LIMIT, elected.recv())
+        .await
+        .expect("elected")
+        .expect("a term");
+    // Another client frees the lock and takes it; the leader's future then
+    // fails (its lease, 30 s, is far from over: nothing told it yet).
+    assert!(other.force_unlock("job").await.expect("force_unlock"));
+    let (taken_tx, taken) = oneshot::channel();
+    let (release_tx, release) = oneshot::channel::<()>();
+    let holder = other.clone();
+    let holding = tokio::spawn(async move {
+        let body = async move {
+            let _ = taken_tx.send(());
+            let _ = release.await;
+            Ok::<_, LockError>(())
+        };
+        holder.run_locked("job", LockOptions::new(), body).await
+    });
+    taken.await.expect("the other client took it");
+    go.notify_one();
+    // The term's error is the loss's: `lead` campaigns again, and leads once
+    // the other client lets go.
+    assert!(
+        at_once(async { (&mut elected).recv().await })
+            .await
+            .is_none(),
+        "not elected while the other client holds it"
+    );
+    release_tx.send(()).expect("the holder waits");
+    holding.await.expect("holder").expect("held");
+    let second = timeout(LIMIT, elected.recv())
+        .await
+        .expect("elected again")
+        .expect("a term");
+    assert!(second > first, "a newer term: {first} then {second}");
+    let led = timeout(LIMIT, campaign)
+        .await
+        .expect("lead returns")
+        .expect("task");
+    assert!(led.is_ok(), "the second term resigned: {led:?}");
+}

@@ -22,8 +22,9 @@
 //! - `resign <token> <ms>`: the term `token` resigns (its future returns
 //!   `Ok` right after);
 //! - `error <ms> <error>`: `lead` returned an error; the process
-//!   campaigns again. (A refused tick ends the term: the leader steps down
-//!   and campaigns again after `rest-ms`.)
+//!   campaigns again. A refused tick ends the term with its error, which
+//!   `lead` counts as the term's loss (the term was lost before the
+//!   refusal): it campaigns again by itself and returns nothing.
 //!
 //! The process exits by itself after 10 minutes at most.
 
@@ -129,14 +130,7 @@ async fn leader(
         // the lock's check before this poll and the write.
         std::thread::sleep(shape.work);
         let written = tokio::spawn(tick(client.clone(), token, at)).await;
-        match written.expect("the tick task does not panic") {
-            // A newer term wrote: this one is over, whether or not its
-            // loss reached the body first (a pause can end between the
-            // write and the body's next poll). Step down, as a leader
-            // told by its resource does.
-            Err(LockError::Fenced { .. }) => return Ok(()),
-            written => written?,
-        }
+        written.expect("the tick task does not panic")?;
         tokio::select! {
             () = tokio::time::sleep(shape.tick) => {}
             changed = resign.changed(), if listening => {

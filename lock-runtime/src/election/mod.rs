@@ -52,8 +52,11 @@ impl LockClient {
     ///   ([`TermEnd::Returned`]), the lock is released at once (the next
     ///   campaigner is woken by the release, not by polling), and `lead`
     ///   returns what the future returned. If the release finds that the
-    ///   lock was lost meanwhile, the term ends with [`TermEnd::Lost`], and
-    ///   `lead` still returns the future's result.
+    ///   lock was lost meanwhile, the term ends with [`TermEnd::Lost`]:
+    ///   after `Ok(())`, `lead` returns it (the leader stepped down); after
+    ///   `Err(e)`, the error counts as the loss's (a resource that refused
+    ///   a stale write, say, before the loss reached the future): it is
+    ///   traced at `warn` and `lead` campaigns again, as on any loss.
     /// - The client is shut down ([`shutdown`](LockClient::shutdown)): the
     ///   term ends at once ([`TermEnd::ShutDown`]: [`Term::ended`]
     ///   completes), while its future runs on until it returns or the
@@ -264,6 +267,13 @@ fn after_term<E: From<LockError>>(
             });
             // A leader that stepped down at shutdown: `lead` says so.
             let shut = term.as_ref().and_then(Term::end) == Some(TermEnd::ShutDown);
+            let lost = matches!(term.as_ref().and_then(Term::end), Some(TermEnd::Lost(_)));
+            if let (Err(_), true, false) = (&result, lost, shut) {
+                // The term was lost by the time its future failed: a loss,
+                // as a leader's loop expects, not the end of `lead`.
+                telemetry::term_error_after_loss(key);
+                return Next::Again;
+            }
             return Next::Return(match (result, shut) {
                 (Ok(()), true) => Err(E::from(LockError::ShutDown { key: key.into() })),
                 (result, _) => result,

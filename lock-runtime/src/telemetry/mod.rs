@@ -180,6 +180,16 @@ pub(crate) fn term_ended(label: &'static str, token: u64, end: &dyn fmt::Debug) 
     record::leading(label, false);
 }
 
+/// A term's future returned an error after its term was lost (found by the
+/// release): counted as the loss; `lead` campaigns again.
+pub(crate) fn term_error_after_loss(key: &str) {
+    tracing::warn!(
+        key,
+        "leader election: the term's future returned an error after its term was lost; \
+         campaigning again"
+    );
+}
+
 /// A campaign failed with `error` (the backend failed or answered too
 /// few); it is tried again after `retry_in`.
 pub(crate) fn campaign_failed(error: &LockError, retry_in: Duration) {

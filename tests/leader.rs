@@ -631,9 +631,7 @@ async fn an_error_after_the_term_was_lost_is_a_loss_and_lead_campaigns_again() {
     // The term's error is the loss's: `lead` campaigns again, and leads once
     // the other client lets go.
     assert!(
-        at_once(async { (&mut elected).recv().await })
-            .await
-            .is_none(),
+        at_once(async { elected.recv().await }).await.is_none(),
         "not elected while the other client holds it"
     );
     release_tx.send(()).expect("the holder waits");

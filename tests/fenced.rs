@@ -41,7 +41,7 @@ on_both_backends! {
                     .cmd("HSET", ["{acct:1}:h"], ("n", 5))
                     .cmd("HINCRBY", ["{acct:1}:h"], ("n", 2))
                     .cmd("PEXPIRE", ["{acct:1}:h"], 60_000)
-                    .cmd("DEL", ["{acct:1}:gone"], Vec::<String>::new())
+                    .cmd_keys("DEL", ["{acct:1}:gone"])
                     .cmd("RPUSH", ["{acct:1}:log"], ("a", "b"))
                     .run()
                     .await
@@ -297,4 +297,116 @@ async fn a_redlock_client_writes_through_a_connection_of_the_users() {
             .expect("EXISTS");
         assert_eq!(found, 0);
     }
+}
+
+on_both_backends! {
+    /// `{x}` is fenced where `x` is (`{x}:fence`): a write to the braced
+    /// name is refused, naming the other resource, rather than refused with
+    /// `Fenced` because the other resource's holder wrote.
+    async fn a_resource_that_shares_another_resources_fence_is_refused(env: Env) {
+        for (plain, braced) in [("x", "{x}"), ("a}b", "{a}b}")] {
+            assert_eq!(incr(&env.client, plain, 1, Some(200)).await.unwrap(), 1);
+            match incr(&env.client, braced, 1, Some(100)).await {
+                Err(LockError::Invalid { key, message, .. }) => {
+                    assert!(key.contains(&format!("resource {plain}'s")), "{key}");
+                    assert!(message.contains("fence"), "{message}");
+                }
+                other => panic!("{braced} after {plain}: {other:?}"),
+            }
+            // The plain one writes on, with its own token.
+            assert_eq!(incr(&env.client, plain, 1, Some(200)).await.unwrap(), 2);
+        }
+    }
+}
+
+on_both_backends! {
+    /// A write may not reset its own fence: a command that names the fence
+    /// key, or a keyless FLUSHDB, is refused and nothing runs; an older
+    /// token is still refused after it.
+    async fn a_write_cannot_reset_its_own_fence(env: Env) {
+        let client = &env.client;
+        assert_eq!(incr(client, "r", 1, Some(200)).await.unwrap(), 1);
+        let cleanup = client
+            .fenced_write("r")
+            .token(200)
+            .cmd_keys("DEL", ["r", "{r}:fence"])
+            .run()
+            .await;
+        match &cleanup {
+            Err(LockError::Invalid { key, .. }) => assert!(key.contains("DEL"), "{key}"),
+            other => panic!("a DEL of the fence ran: {other:?}"),
+        }
+        let flush = client.fenced_write("r").token(200).cmd_keys("flushdb", [] as [&str; 0]);
+        match flush.run().await {
+            Err(LockError::Invalid { key, .. }) => assert!(key.contains("flushdb"), "{key}"),
+            other => panic!("FLUSHDB ran: {other:?}"),
+        }
+        // Nothing ran: the counter and the fence are as they were.
+        assert_eq!(incr(client, "r", 0, Some(200)).await.unwrap(), 1);
+        assert!(matches!(
+            incr(client, "r", 1, Some(100)).await,
+            Err(LockError::Fenced { stored: 200, given: 100, .. })
+        ));
+    }
+}
+
+/// The script refuses the same commands itself, before anything runs, for
+/// a caller that sends it by hand.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_script_refuses_a_command_on_the_fence_key() {
+    let server = support::RedisServer::start();
+    let mut con = server.connection();
+    let script = lock_runtime::redis::Script::new(
+        lock_runtime::__private::script_source("fenced_write").expect("the script"),
+    );
+    let mut write = |keys: &[&str], name: &str| {
+        let mut call = script.key("{r}:fence");
+        for key in keys {
+            call.key(*key);
+        }
+        call.arg(100)
+            .arg("r")
+            .arg(1)
+            .arg(name)
+            .arg(keys.len())
+            .arg(0);
+        call.invoke::<lock_runtime::redis::Value>(&mut con)
+    };
+    let refused = write(&["{r}:fence"], "DEL").expect_err("refused");
+    assert!(refused.to_string().contains("fence key"), "{refused}");
+    let refused = write(&[], "FlushAll").expect_err("refused");
+    assert!(refused.to_string().contains("FlushAll"), "{refused}");
+    // Nothing ran, not even the fence's write.
+    let fence: Option<String> = lock_runtime::redis::cmd("GET")
+        .arg("{r}:fence")
+        .query(&mut server.connection())
+        .expect("GET");
+    assert_eq!(fence, None);
+}
+
+/// `lock_runtime::fenced` writes through the client in use, as a locked
+/// call does: the scoped one (`with_client`) before the global one (none is
+/// installed in this test).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_free_function_writes_through_the_scoped_client() {
+    let client = LockClient::in_memory();
+    let body = async {
+        let replies = lock_runtime::fenced("scoped:1")
+            .cmd("INCRBY", ["scoped:1"], 5)
+            .run()
+            .await?;
+        Ok::<_, LockError>(replies)
+    };
+    let call = lock_runtime::run_locked("scoped:1", LockOptions::new(), body);
+    let replies = lock_runtime::with_client(client.clone(), call)
+        .await
+        .expect("written through the scoped client");
+    assert_eq!(replies, vec![Value::Int(5)]);
+    // On that client's backend.
+    assert_eq!(
+        incr(&client, "scoped:1", 1, Some(u64::MAX >> 12))
+            .await
+            .unwrap(),
+        6
+    );
 }

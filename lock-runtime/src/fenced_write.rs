@@ -25,12 +25,19 @@ use crate::kind::fenced::{self, Command, Written};
 /// [`LockError::Fenced`] (no command runs), else keeps the token and runs
 /// the commands in order. A holder may write many times with its own token.
 ///
+/// A command that fails fails the write there, with
+/// [`LockError::Backend`]: Redis does not roll a script back, so the fence
+/// (raised to the token) and the commands before it stay written, on both
+/// backends.
+///
 /// The token is the running locked body's (or leader term's):
 /// [`fencing_token_of`] the lock named by [`lock`](FencedWrite::lock), else
 /// [`fencing_token`]; [`token`](FencedWrite::token) gives one by hand.
 ///
 /// Where it runs: one node, the Sentinel master, the Cluster master of the
-/// resource's slot (every key in that slot), the embedded backend (only
+/// resource's slot (every key in that slot: give the data keys the
+/// resource's hash tag, `{account:7}:balance` for the resource
+/// `account:7`), the embedded backend (only
 /// `SET`, `DEL`, `INCRBY`, `HSET`, `HDEL`, `HINCRBY`, `RPUSH`, `PEXPIRE`). A
 /// Redlock client refuses it with [`LockError::Invalid`]: a fenced write is
 /// not a quorum operation; [`run_on`](FencedWrite::run_on) sends it on a
@@ -117,7 +124,10 @@ impl<'c> FencedWrite<'c> {
 
     /// Adds the command `name` with its `keys` (each in the resource's hash
     /// slot on Cluster), then its other arguments `args` (as `redis`
-    /// encodes them: one value, a slice, a tuple; none: an empty `Vec`).
+    /// encodes them: one value, a slice, a tuple; for none, use
+    /// [`cmd_keys`](FencedWrite::cmd_keys)). Keys must be given as keys:
+    /// the write refuses a command whose keys include the resource's fence
+    /// key, and `FLUSHALL`, `FLUSHDB` and `SWAPDB`.
     pub fn cmd<K>(mut self, name: &str, keys: K, args: impl ToRedisArgs) -> Self
     where
         K: IntoIterator,
@@ -129,6 +139,16 @@ impl<'c> FencedWrite<'c> {
             args: args.to_redis_args(),
         });
         self
+    }
+
+    /// Adds the command `name` with its `keys` and no other argument
+    /// (`DEL`, `INCR`): as [`cmd`](FencedWrite::cmd) without `args`.
+    pub fn cmd_keys<K>(self, name: &str, keys: K) -> Self
+    where
+        K: IntoIterator,
+        K::Item: AsRef<str>,
+    {
+        self.cmd(name, keys, &[] as &[&str])
     }
 
     /// Sends the write to the client's deployment: the commands' replies,
@@ -149,9 +169,15 @@ impl<'c> FencedWrite<'c> {
     /// and the fence); [`LockError::NotInitialized`] for
     /// [`fenced`] without an installed client.
     pub async fn run(self) -> Result<Vec<Value>, LockError> {
+        // The client in use, as for a locked call: the scoped one
+        // (`with_client`) before the global one.
+        let in_use;
         let client = match self.client {
             Some(client) => client,
-            None => global::client()?,
+            None => {
+                in_use = global::in_use()?;
+                &*in_use
+            }
         };
         let token = self.checked_token()?;
         let inner = &client.inner;
@@ -200,6 +226,22 @@ impl<'c> FencedWrite<'c> {
     fn checked_token(&self) -> Result<u64, LockError> {
         if self.commands.iter().any(|c| c.name.is_empty()) {
             return Err(self.invalid("a fenced write's command has no name"));
+        }
+        if let Some(other) = fenced::shares_fence(&self.resource) {
+            return Err(LockError::Invalid {
+                key: format!(
+                    "{} (its fence key {} is the resource {other}'s too)",
+                    self.resource,
+                    fenced::fence_key(&self.resource)
+                ),
+                message: SHARED_FENCE,
+            });
+        }
+        if let Some(name) = fenced::refused_command(&self.resource, &self.commands) {
+            return Err(LockError::Invalid {
+                key: format!("{} (command {name})", self.resource),
+                message: REFUSED_COMMAND,
+            });
         }
         match (&self.token, &self.lock) {
             (Some(token), _) => Some(*token),
@@ -251,6 +293,18 @@ impl<'c> FencedWrite<'c> {
         }
     }
 }
+
+/// Why a resource that is one hash tag around an untagged name is refused.
+const SHARED_FENCE: &str = "a resource that is one hash tag around a name, {x}, keeps its \
+     fence at {x}:fence, where the resource x keeps its own: a holder of one lock would refuse \
+     the other's writes; name the resource x (the same hash slot), or put the tag inside a \
+     longer name ({x}:data)";
+
+/// Why a command that could reset the fence is refused.
+const REFUSED_COMMAND: &str = "a fenced write's command may not name the resource's fence key \
+     as a key (deleting or overwriting it would let an older token write), nor be FLUSHALL, \
+     FLUSHDB or SWAPDB (which erase or move it with the rest); give the data keys as keys, and \
+     keep the fence key out of them";
 
 /// Why the embedded backend refused a command (its list is
 /// `backend::fenced::EMBEDDED_COMMANDS`).

@@ -39,15 +39,53 @@ pub(crate) enum Written {
 /// slot: `<resource>:fence` when the resource names a hash tag (`{...}`
 /// with something inside), else `{<resource>}:fence`.
 pub(crate) fn fence_key(resource: &str) -> String {
-    let tagged = resource
-        .find('{')
-        .and_then(|open| resource[open + 1..].find('}'))
-        .is_some_and(|len| len > 0);
-    if tagged {
+    if tagged(resource) {
         format!("{resource}:fence")
     } else {
         format!("{{{resource}}}:fence")
     }
+}
+
+/// Whether `resource` names a hash tag: `{...}` with something inside.
+fn tagged(resource: &str) -> bool {
+    resource
+        .find('{')
+        .and_then(|open| resource[open + 1..].find('}'))
+        .is_some_and(|len| len > 0)
+}
+
+/// The other resource whose fence key is `resource`'s, if one can be: a
+/// resource that is one hash tag around an untagged name, `{x}` (and
+/// `{a}b}`), keeps its fence at `{x}:fence`, where the untagged `x` keeps
+/// its own. Such a resource is refused (see [`FencedWrite`]): moving either
+/// fence key would let a stale token write through the other during an
+/// upgrade.
+///
+/// [`FencedWrite`]: crate::FencedWrite
+pub(crate) fn shares_fence(resource: &str) -> Option<&str> {
+    let inner = resource.strip_prefix('{')?.strip_suffix('}')?;
+    (tagged(resource) && !tagged(inner)).then_some(inner)
+}
+
+/// The keyless commands that change data beyond the resource's keys, which
+/// a fenced write refuses (a `FLUSHDB` would erase the fence with the rest).
+pub(crate) const KEYLESS_WRITES: [&str; 3] = ["FLUSHALL", "FLUSHDB", "SWAPDB"];
+
+/// Why `commands` may not run in a fenced write on `resource`, if they may
+/// not: a command that names the fence key as a key (a `DEL` of it would
+/// reset the fence, and let an older token write), or a keyless command of
+/// [`KEYLESS_WRITES`]. The script refuses both too.
+pub(crate) fn refused_command<'c>(resource: &str, commands: &'c [Command]) -> Option<&'c str> {
+    let fence = fence_key(resource);
+    commands
+        .iter()
+        .find(|c| {
+            c.keys.contains(&fence)
+                || KEYLESS_WRITES
+                    .iter()
+                    .any(|name| c.name.eq_ignore_ascii_case(name))
+        })
+        .map(|c| c.name.as_str())
 }
 
 /// Runs `commands` on `resource` with `token` on `route`; with
@@ -146,7 +184,27 @@ fn refusal(e: &RedisError) -> Option<Written> {
 
 #[cfg(test)]
 mod tests {
-    use super::fence_key;
+    use super::{fence_key, shares_fence};
+
+    #[test]
+    fn a_resource_that_shares_its_fence_key_is_found() {
+        let pairs = [
+            ("{x}", "x"),
+            ("{a}b}", "a}b"),
+            ("{a}{b}", "a}{b"),
+            ("{account:7}", "account:7"),
+        ];
+        for (resource, other) in pairs {
+            assert_eq!(shares_fence(resource), Some(other), "{resource}");
+            assert_eq!(fence_key(resource), fence_key(other));
+        }
+        for resource in ["x", "{x}:data", "{{a}}", "{}", "a}b", "{a{b}c}"] {
+            assert_eq!(shares_fence(resource), None, "{resource}");
+        }
+        // `{a{b}c}` wraps `a{b}c`, which is tagged (`b`): their fence keys
+        // differ.
+        assert_ne!(fence_key("{a{b}c}"), fence_key("a{b}c"));
+    }
 
     #[test]
     fn the_fence_key_is_in_the_resource_slot() {

@@ -9,6 +9,9 @@
 -- ARGV[3]   the number of commands; then for each: its name, how many
 --           keys it takes from KEYS (in turn), how many other arguments,
 --           then those arguments
+-- Refuses, with ERR and before anything runs, a command that names the
+-- fence key as a key (a DEL of it would reset the fence) and the keyless
+-- FLUSHALL, FLUSHDB and SWAPDB (they erase or move it with the rest).
 -- Refuses a token below the stored one with
 -- `LOCKFENCED <resource> <stored> <given>`: no command runs. Otherwise
 -- stores the token (the larger of the two; no expiry) and runs the commands
@@ -18,6 +21,19 @@
 local fence_key, given, resource = KEYS[1], ARGV[1], ARGV[2]
 if not string.match(given, '^%d+$') or tonumber(given) > 9007199254740991 then
   return redis.error_reply('ERR fenced write: the token ' .. given .. ' is not a decimal of at most 2^53 - 1')
+end
+for i = 2, #KEYS do
+  if KEYS[i] == fence_key then
+    return redis.error_reply('ERR fenced write on ' .. resource .. ': a command names the fence key ' .. fence_key .. ' as a key')
+  end
+end
+local look = 4
+for _ = 1, tonumber(ARGV[3]) do
+  local name = string.lower(ARGV[look])
+  if name == 'flushall' or name == 'flushdb' or name == 'swapdb' then
+    return redis.error_reply('ERR fenced write on ' .. resource .. ': ' .. ARGV[look] .. ' would erase or move the fence')
+  end
+  look = look + 3 + tonumber(ARGV[look + 2])
 end
 local stored = redis.call('get', fence_key)
 if stored and tonumber(stored) > tonumber(given) then

@@ -50,3 +50,29 @@ async fn a_lease_too_short_for_the_drift_margin_is_refused() {
         "{result:?}"
     );
 }
+
+/// The constructors that take several URLs take any iterator of strings:
+/// a `&Vec<String>` from configuration, an array, a slice. (Nothing listens
+/// on these ports: each fails to connect, with an error that says so.)
+#[tokio::test]
+async fn several_urls_come_as_any_iterator_of_strings() {
+    let port = lock_testkit::free_port().expect("a free port");
+    let urls: Vec<String> = (0..3)
+        .map(|i| format!("redis://127.0.0.1:{}/{i}", port))
+        .collect();
+    let quick = || LockClient::builder().connect_timeout(Duration::from_millis(200));
+    assert!(matches!(
+        quick().cluster(&urls).await,
+        Err(LockError::Connect(_))
+    ));
+    assert!(matches!(
+        quick().redlock(&urls).await,
+        Err(LockError::Connect(_))
+    ));
+    let sentinel = quick().sentinel(urls.iter().map(String::as_str), "mymaster");
+    assert!(matches!(sentinel.await, Err(LockError::Connect(_))));
+    assert!(matches!(
+        LockClient::cluster(["redis://127.0.0.1:1/"]).await,
+        Err(LockError::Connect(_))
+    ));
+}

@@ -511,7 +511,9 @@ async fn cluster_on_a_single_node_says_which_constructor_to_use() {
     assert!(text.contains("not a Redis Cluster node"), "{text}");
     assert!(text.contains("LockClient::connect"), "{text}");
 
-    let none = LockClient::cluster(&[]).await.expect_err("no node");
+    let none = LockClient::cluster(&[] as &[&str])
+        .await
+        .expect_err("no node");
     let text = format!("{none}: {:?}", std::error::Error::source(&none));
     assert!(text.contains("no Redis Cluster node given"), "{text}");
 }

@@ -248,7 +248,14 @@ impl TlsConfig {
 #[cfg(feature = "tls-rustls")]
 fn install_crypto_provider() -> Result<(), RedisError> {
     if rustls::crypto::CryptoProvider::get_default().is_none() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        // rustls 0.23.48 deprecates `ring`'s provider: it has no
+        // post-quantum key exchange. It stays this crate's fallback (aws-lc-rs
+        // needs a C toolchain with cmake); an application that wants the
+        // post-quantum groups installs aws-lc-rs's provider before it makes a
+        // client, and this one is not installed (see the security guide).
+        #[allow(deprecated)]
+        let ring = rustls::crypto::ring::default_provider();
+        let _ = ring.install_default();
     }
     Ok(())
 }

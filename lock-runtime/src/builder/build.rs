@@ -58,7 +58,12 @@ impl LockClientBuilder {
     /// [`LockError::Connect`] with fewer than 3 URLs, an invalid URL, or
     /// when fewer than a quorum of nodes answer within the connect timeout;
     /// its message names each failed node.
-    pub async fn redlock(self, urls: &[&str]) -> Result<LockClient, LockError> {
+    pub async fn redlock<I>(self, urls: I) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let urls = owned(urls);
         if urls.len() < 3 {
             return Err(LockError::Connect(redis::RedisError::from((
                 redis::ErrorKind::Client,
@@ -66,7 +71,7 @@ impl LockClientBuilder {
             ))));
         }
         let mut seen = Vec::with_capacity(urls.len());
-        for url in urls {
+        for url in &urls {
             let node = node_name(url);
             if seen.contains(&node) {
                 return Err(LockError::Connect(redis::RedisError::from((
@@ -78,7 +83,6 @@ impl LockClientBuilder {
             }
             seen.push(node);
         }
-        let urls = urls.iter().map(|u| (*u).to_owned()).collect();
         self.connect_to(Target::Quorum(urls)).await
     }
 
@@ -102,18 +106,22 @@ impl LockClientBuilder {
     /// sentinel names a master `master_name` (the message names it and each
     /// sentinel's answer), or when the master cannot be reached within the
     /// connect timeout.
-    pub async fn sentinel(
+    pub async fn sentinel<I>(
         self,
-        sentinel_urls: &[&str],
+        sentinel_urls: I,
         master_name: &str,
-    ) -> Result<LockClient, LockError> {
-        if sentinel_urls.is_empty() {
+    ) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let urls = owned(sentinel_urls);
+        if urls.is_empty() {
             return Err(LockError::Connect(redis::RedisError::from((
                 redis::ErrorKind::InvalidClientConfig,
                 "Sentinel needs at least one sentinel URL",
             ))));
         }
-        let urls = sentinel_urls.iter().map(|u| (*u).to_owned()).collect();
         let master = master_name.to_owned();
         self.connect_to(Target::Sentinel(urls, master)).await
     }
@@ -129,16 +137,30 @@ impl LockClientBuilder {
     /// [`LockError::Connect`] when no URL is given, a URL is invalid, no
     /// node answers within the connect timeout, or the nodes are not a
     /// cluster (the message then says so, and which constructor to use).
-    pub async fn cluster(self, urls: &[&str]) -> Result<LockClient, LockError> {
+    pub async fn cluster<I>(self, urls: I) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
+        let urls = owned(urls);
         if urls.is_empty() {
             return Err(LockError::Connect(redis::RedisError::from((
                 redis::ErrorKind::InvalidClientConfig,
                 "no Redis Cluster node given",
             ))));
         }
-        let urls = urls.iter().map(|u| (*u).to_owned()).collect();
         self.connect_to(Target::Cluster(urls)).await
     }
+}
+
+/// The URLs given (any iterator of strings: `&[&str]`, `&Vec<String>`, an
+/// array), as the client keeps them.
+fn owned<I>(urls: I) -> Vec<String>
+where
+    I: IntoIterator,
+    I::Item: AsRef<str>,
+{
+    urls.into_iter().map(|u| u.as_ref().to_owned()).collect()
 }
 
 /// The embedded backend.

@@ -368,7 +368,11 @@ impl LockClient {
     ///
     /// # Errors
     /// As [`LockClientBuilder::redlock`].
-    pub async fn redlock(urls: &[&str]) -> Result<LockClient, LockError> {
+    pub async fn redlock<I>(urls: I) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
         Self::builder().redlock(urls).await
     }
 
@@ -378,10 +382,11 @@ impl LockClient {
     ///
     /// # Errors
     /// As [`LockClientBuilder::sentinel`].
-    pub async fn sentinel(
-        sentinel_urls: &[&str],
-        master_name: &str,
-    ) -> Result<LockClient, LockError> {
+    pub async fn sentinel<I>(sentinel_urls: I, master_name: &str) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
         Self::builder().sentinel(sentinel_urls, master_name).await
     }
 
@@ -390,7 +395,11 @@ impl LockClient {
     ///
     /// # Errors
     /// As [`LockClientBuilder::cluster`].
-    pub async fn cluster(urls: &[&str]) -> Result<LockClient, LockError> {
+    pub async fn cluster<I>(urls: I) -> Result<LockClient, LockError>
+    where
+        I: IntoIterator,
+        I::Item: AsRef<str>,
+    {
         Self::builder().cluster(urls).await
     }
 

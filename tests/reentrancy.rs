@@ -72,7 +72,7 @@ on_both_backends! {
                         assert_eq!(*held_by, HeldBy::ThisClient);
                         let message = error.to_string();
                         assert!(message.contains("another call of this client holds it"), "{message}");
-                        assert!(message.contains("spawned task"), "{message}");
+                        assert!(message.contains("HeldBy::ThisClient"), "{message}");
                     }
                     other => panic!("{other:?}"),
                 }

@@ -139,14 +139,14 @@ async fn run_locked_made_before_the_scope_locks_on_the_scoped_client() {
                 "{error:?}"
             );
             // Plain contention between two calls of one client: the message
-            // says so first; re-entry comes second, as a possibility.
+            // says so, and only points at re-entry (HeldBy's docs).
             let message = error.to_string();
-            let contention = message.find(": another call of this client holds it");
-            let reentry = message.find("spawned inside a body");
             assert!(
-                contention.is_some() && reentry.is_some() && contention < reentry,
+                message.contains(": another call of this client holds it"),
                 "{message}"
             );
+            assert!(!message.contains("spawned"), "{message}");
+            assert!(message.contains("HeldBy::ThisClient"), "{message}");
         }
         other => panic!("an annotated call in the same scope ran beside the body: {other:?}"),
     }

@@ -232,11 +232,9 @@ impl std::fmt::Display for HeldByHint {
         f.write_str(match self.0 {
             HeldBy::Other => "",
             HeldBy::ThisClient => {
-                ": another call of this client holds it. If this call was meant to re-enter \
-                 that lock from inside its locked body, it was not made in the body's task \
-                 (a task spawned inside a body does not re-enter the body's locks, it waits \
-                 for them): make the call in the body itself, or take the lock only in the \
-                 spawned task"
+                ": another call of this client holds it (calls of one client exclude each \
+                 other as any two owners do; for a call meant to re-enter a locked body's \
+                 lock, see lock_runtime::HeldBy::ThisClient)"
             }
             HeldBy::Sibling => {
                 ": a call run side by side with it in the same locked body (join!, select!) \

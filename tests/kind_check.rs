@@ -298,3 +298,26 @@ async fn the_check_is_on_by_default_in_debug_builds() {
     let second = client.run_locked("default", plain(), empty()).await;
     assert_eq!(second.is_err(), cfg!(debug_assertions), "{second:?}");
 }
+
+/// A call over several keys that the check refuses on one key took none of
+/// them, and leaves no record on the others: a later call of another kind
+/// on a key it did not take is not blamed on it.
+#[tokio::test]
+async fn a_refused_call_over_several_keys_records_none_of_them() {
+    let client = LockClient::builder().kind_check(true).in_memory();
+    client
+        .run_locked("b", permits(2), empty())
+        .await
+        .expect("b taken counted");
+    let refused = client.run_locked_all(["a", "b"], plain(), empty()).await;
+    match &refused {
+        Err(LockError::KindMismatch { key, .. }) => assert!(key.ends_with('b'), "{key}"),
+        other => panic!("the plain call over a and b was not refused: {other:?}"),
+    }
+    // `a` was never taken: a counted call on it is the key's first use.
+    let counted = client.run_locked("a", permits(2), empty()).await;
+    assert!(
+        counted.is_ok(),
+        "blamed on a call that took nothing: {counted:?}"
+    );
+}

@@ -52,32 +52,30 @@ impl KindCheck {
     ///
     /// Costs one hash lookup under a lock of the client's; a key not among
     /// the newer generation's is copied into it (one allocation, none when
-    /// the older generation had it).
+    /// the older generation had it). (The calls use
+    /// [`note_all`](KindCheck::note_all), a single key's call too.)
+    #[cfg(test)]
     pub(crate) fn note(&self, key: &str, now: Use) -> Result<(), LockError> {
+        self.note_all(std::iter::once(key), now)
+    }
+
+    /// As [`note`](KindCheck::note) for a call that takes every key of
+    /// `keys` as `now`'s kind: every key is checked before any is recorded,
+    /// so a call refused on one key leaves no record on the others (it took
+    /// none of them).
+    pub(crate) fn note_all<'k>(
+        &self,
+        keys: impl Iterator<Item = &'k str> + Clone,
+        now: Use,
+    ) -> Result<(), LockError> {
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(last) = seen.newer.get_mut(key) {
-            if !last.kind.shares_key_with(now.kind) {
-                return Err(mismatch(key, *last, now));
-            }
-            *last = now;
-            return Ok(());
-        }
-        if let Some(last) = seen.older.get(key) {
-            if !last.kind.shares_key_with(now.kind) {
+        for key in keys.clone() {
+            let last = seen.newer.get(key).or_else(|| seen.older.get(key));
+            if let Some(last) = last.filter(|last| !last.kind.shares_key_with(now.kind)) {
                 return Err(mismatch(key, *last, now));
             }
         }
-        let moved = match seen.older.remove_entry(key) {
-            Some((owned, _)) => owned,
-            None => key.into(),
-        };
-        if seen.newer.len() >= GENERATION {
-            // The older generation goes; its table's room is reused.
-            let Generations { newer, older } = &mut *seen;
-            mem::swap(newer, older);
-            newer.clear();
-        }
-        seen.newer.insert(moved, now);
+        keys.for_each(|key| seen.record(key, now));
         Ok(())
     }
 
@@ -86,6 +84,26 @@ impl KindCheck {
     fn len(&self) -> usize {
         let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         seen.newer.len() + seen.older.len()
+    }
+}
+
+impl Generations {
+    /// Records `now` as `key`'s last use (see [`KindCheck::note`]).
+    fn record(&mut self, key: &str, now: Use) {
+        if let Some(last) = self.newer.get_mut(key) {
+            *last = now;
+            return;
+        }
+        let moved = match self.older.remove_entry(key) {
+            Some((owned, _)) => owned,
+            None => key.into(),
+        };
+        if self.newer.len() >= GENERATION {
+            // The older generation goes; its table's room is reused.
+            mem::swap(&mut self.newer, &mut self.older);
+            self.newer.clear();
+        }
+        self.newer.insert(moved, now);
     }
 }
 

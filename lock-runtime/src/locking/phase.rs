@@ -87,7 +87,8 @@ pub(super) fn start<'a, T, E>(
     if let Some(turn_of) = ownership::held(&inner.tag, &key) {
         return reenter_around(client, key, &options, (kind, turn_of), parent);
     }
-    let grant = admit(inner, &key, &options, kind, at)?;
+    let grant = admit(inner, &key, &options, kind)?;
+    note_kind(inner, [key.as_str()], &options, kind, at)?;
     let wait = options.wait_or(inner.wait).min(LockOptions::LONGEST);
     // Chosen here, in the caller's task: a connection of the caller's
     // runtime if it has one.
@@ -105,15 +106,33 @@ pub(super) fn start<'a, T, E>(
     })))
 }
 
+/// The client's kind check (a debug build's, see
+/// [`LockClientBuilder::kind_check`](crate::LockClientBuilder::kind_check))
+/// of a call that takes every key of `keys` as `kind`: all checked, then all
+/// recorded.
+pub(super) fn note_kind<'k>(
+    inner: &Inner,
+    keys: impl IntoIterator<Item = &'k str, IntoIter: Clone>,
+    options: &LockOptions,
+    kind: Kind,
+    at: &'static Location<'static>,
+) -> Result<(), LockError> {
+    let Some(check) = &inner.kind_check else {
+        return Ok(());
+    };
+    let label = options.label_name();
+    check.note_all(keys.into_iter(), Use { kind, at, label })
+}
+
 /// The grant a new acquisition of `key` of `kind` asks for, as `options` and the
 /// client's defaults set them; or why the client takes no such lock now:
-/// it is shut down, the call is invalid, or the kind check refuses it.
+/// it is shut down, or the call is invalid. (The kind check is
+/// [`note_kind`]'s, once every key is admitted.)
 pub(super) fn admit(
     inner: &Inner,
     key: &str,
     options: &LockOptions,
     kind: Kind,
-    at: &'static Location<'static>,
 ) -> Result<Grant, LockError> {
     if inner.tag.life.is_closed() {
         return Err(LockError::ShutDown { key: key.into() });
@@ -135,10 +154,6 @@ pub(super) fn admit(
     let (lease, waiter_lease) = leases(inner, options).map_err(invalid)?;
     if let Some(message) = inner.backend.refuses(kind) {
         return Err(invalid(message));
-    }
-    if let Some(check) = &inner.kind_check {
-        let label = options.label_name();
-        check.note(key, Use { kind, at, label })?;
     }
     Ok(Grant {
         lease,

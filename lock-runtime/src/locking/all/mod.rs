@@ -16,7 +16,7 @@ use std::panic::Location;
 use tracing::{Instrument, Span};
 
 use super::outcome::Outcome;
-use super::phase::{admit, call_span, wait_turn};
+use super::phase::{admit, call_span, note_kind, wait_turn};
 use crate::client::{ClientRef, LockClient};
 use crate::error::{KindFoundBy, LockError};
 use crate::held::{Frame, Grant, HeldLock, Loss};
@@ -106,11 +106,13 @@ async fn enter(
             let top = chain.top().expect("a held lock is in a chain");
             chain.push(reenter(client, key, frame, top, wait).await?);
         } else {
-            grants.push(admit(inner, key, options, kind, at)?);
+            grants.push(admit(inner, key, options, kind)?);
             to_take.push(key.clone());
         }
     }
     if let Some(grant) = grants.first().copied() {
+        let keys = to_take.iter().map(String::as_str);
+        note_kind(inner, keys, options, kind, at)?;
         take_keys(client, &to_take, grant, wait, chain).await?;
     } else {
         telemetry::reentered(options.label_name().unwrap_or(UNLABELLED));

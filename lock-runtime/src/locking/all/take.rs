@@ -51,8 +51,8 @@ enum Asked {
 }
 
 /// Gives back every key of a set in the background while `armed`: dropped
-/// armed (the call was cancelled with a request in flight, or a request's
-/// outcome is unknown), the set may be held in the backend.
+/// armed (the call was cancelled with a request in flight, or a request
+/// failed), the set may be held in the backend.
 struct InFlight<'a, 'b> {
     set: &'b Set<'a>,
     armed: bool,
@@ -186,7 +186,13 @@ impl Set<'_> {
             .backend
             .acquire_all(self.lane, keys, owners, self.claim)
             .await;
-        in_flight.armed = matches!(&answer, Err(e) if e.outcome_unknown());
+        // Any error may leave keys held: on Cluster the groups taken before
+        // a refusing or failing one are given back in the request, and a
+        // give-back that fails (CLUSTERDOWN, TRYAGAIN, LOADING, NOPERM as
+        // much as an unknown outcome) leaves them held. A give-back in the
+        // background frees only this call's own holds, so it is safe when
+        // nothing was taken.
+        in_flight.armed = answer.is_err();
         match answer {
             Ok(Several::Taken(tokens)) => Ok(Asked::Granted(Granted { tokens, sent })),
             Ok(Several::NotReplicated { acked, .. }) => Err(self.not_replicated(acked).await),

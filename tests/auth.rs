@@ -171,3 +171,76 @@ async fn acl_user() {
     assert!(wrong.to_string().contains("WRONGPASS"), "{shown}");
     assert!(!shown.contains(WRONG) && !shown.contains(SECRET), "{shown}");
 }
+
+/// A URL that fails to parse is never echoed: its password does not reach
+/// the error, from `connect`, a lazy connect's first call, `redlock`,
+/// `sentinel` or `cluster`.
+#[tokio::test]
+async fn a_url_that_fails_to_parse_shows_no_password() {
+    const SECRET: &str = "S3cretPw-q7x9";
+    let urls = [
+        format!("unix:///tmp/lock-test-none.sock?db=x&pass={SECRET}"),
+        format!("unix:///tmp/lock-test-none.sock?protocol=nine&pass={SECRET}"),
+        format!("redis://user:{SECRET}@127.0.0.1:1/x"),
+        format!("redis://:{SECRET}@127.0.0.1:1/?protocol=nine"),
+        format!("rediss://user:{SECRET}@[::1:1/"),
+    ];
+    for url in &urls {
+        let quick = || LockClient::builder().connect_timeout(Duration::from_millis(200));
+        let shown = |what: &str, error: LockError| {
+            let text = format!(
+                "{error} / {error:?} / {:?}",
+                std::error::Error::source(&error)
+            );
+            assert!(
+                !text.contains(SECRET),
+                "{what} of {url} shows the password: {text}"
+            );
+        };
+        shown(
+            "connect",
+            quick().connect(url).await.expect_err("no server"),
+        );
+        let lazy = quick().lazy_connect(true).connect(url).await;
+        if let Ok(client) = lazy {
+            let call = client
+                .run_locked("k", LockOptions::new(), async { Ok::<_, LockError>(()) })
+                .await;
+            shown("a lazy call", call.expect_err("no server"));
+        } else if let Err(error) = lazy {
+            shown("lazy connect", error);
+        }
+        let three = [url.as_str(), "redis://127.0.0.1:2/", "redis://127.0.0.1:3/"];
+        shown(
+            "redlock",
+            quick().redlock(three).await.expect_err("no server"),
+        );
+        shown(
+            "sentinel",
+            quick().sentinel([url], "m").await.expect_err("no server"),
+        );
+        shown(
+            "cluster",
+            quick().cluster([url]).await.expect_err("no server"),
+        );
+    }
+}
+
+/// A URL that asks redis-rs to skip the TLS certificate check (`#insecure`)
+/// is refused, naming the fix, on every constructor.
+#[tokio::test]
+async fn a_url_that_turns_certificate_checks_off_is_refused() {
+    let url = "rediss://127.0.0.1:1/#insecure";
+    let refused = |error: LockError| {
+        let text = error.to_string();
+        assert!(
+            text.contains("#insecure") && text.contains("tls_ca_file"),
+            "{text}"
+        );
+    };
+    refused(LockClient::connect(url).await.expect_err("refused"));
+    refused(LockClient::cluster([url]).await.expect_err("refused"));
+    refused(LockClient::sentinel([url], "m").await.expect_err("refused"));
+    let three = [url, "redis://127.0.0.1:2/", "redis://127.0.0.1:3/"];
+    refused(LockClient::redlock(three).await.expect_err("refused"));
+}

@@ -203,3 +203,42 @@ async fn a_master_demoted_to_replica_answers_readonly_which_is_retryable() {
     assert!(shown.contains("redis.sock"), "{shown}");
     assert!(error.is_retryable(), "{error:?}");
 }
+
+/// A key from a request cannot forge a log line: an error shows control
+/// characters of its key (and of a fenced write's resource) escaped.
+#[tokio::test]
+async fn an_error_escapes_control_characters_of_its_key() {
+    let client = lock_runtime::LockClient::in_memory();
+    let key = "order:7\r\nINFO forged line\x1b[31m";
+    let once = lock_runtime::LockOptions::new().wait(std::time::Duration::ZERO);
+    let inner = client.run_locked(key, once, async { Ok::<_, lock_runtime::LockError>(()) });
+    let outer = client.run_locked(key, once, async {
+        // A call of another task, not a re-entry: spawned, it waits.
+        let other = client.clone();
+        let spawned = tokio::spawn(async move {
+            other
+                .run_locked(key, once, async { Ok::<_, lock_runtime::LockError>(()) })
+                .await
+        });
+        Ok::<_, lock_runtime::LockError>(spawned.await.expect("task"))
+    });
+    drop(inner);
+    let timeout = outer.await.expect("outer").expect_err("held");
+    let write = |token| {
+        client
+            .fenced_write("res\nx")
+            .token(token)
+            .cmd("SET", ["{res\nx}:v"], 1)
+            .run()
+    };
+    write(5).await.expect("the newer token writes");
+    let refused = write(1).await.expect_err("an older token is refused");
+    assert!(matches!(refused, lock_runtime::LockError::Fenced { .. }));
+    let shown = [timeout.to_string(), refused.to_string()];
+    for text in shown {
+        assert!(!text.contains(['\r', '\n', '\x1b']), "{text:?}");
+    }
+    assert!(timeout
+        .to_string()
+        .contains(r"order:7\r\nINFO forged line\u{1b}[31m"));
+}

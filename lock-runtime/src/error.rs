@@ -32,7 +32,7 @@ pub enum LockError {
     /// The lock was held by another owner for the whole `wait`.
     /// [`held_by`](LockError::Timeout::held_by) tells whether that owner was
     /// this same client, and the message says what to do then.
-    #[error("timed out after {waited:?} waiting for lock `{key}`{}", HeldByHint(*.held_by))]
+    #[error("timed out after {waited:?} waiting for lock `{}`{}", Shown(.key), HeldByHint(*.held_by))]
     #[non_exhaustive]
     Timeout {
         /// The lock's key.
@@ -47,7 +47,7 @@ pub enum LockError {
     /// The lock was lost while the body ran; the body was stopped there
     /// (or, when the release found the loss, it had run to its end). The
     /// message says what showed the loss and which step found it.
-    #[error("lock `{key}` was lost while held: {}", LossText(*.reason, *.found_by))]
+    #[error("lock `{}` was lost while held: {}", Shown(.key), LossText(*.reason, *.found_by))]
     #[non_exhaustive]
     Lost {
         /// The lock's key.
@@ -70,7 +70,7 @@ pub enum LockError {
     /// [`redis::RedisError`] itself.
     ///
     /// [`source`]: std::error::Error::source
-    #[error("lock `{key}` on {node}: {}", Cause(.source))]
+    #[error("lock `{}` on {node}: {}", Shown(.key), Cause(.source))]
     #[non_exhaustive]
     Backend {
         /// The lock's key.
@@ -86,7 +86,7 @@ pub enum LockError {
     },
 
     /// Too few Redlock nodes answered to decide: each failure names its node.
-    #[error("lock `{key}`: {reached} of the {needed} Redis nodes needed for a quorum answered; {}", NodeFailure::list(.failures))]
+    #[error("lock `{}`: {reached} of the {needed} Redis nodes needed for a quorum answered; {}", Shown(.key), NodeFailure::list(.failures))]
     #[non_exhaustive]
     NoQuorum {
         /// The lock's key.
@@ -104,7 +104,7 @@ pub enum LockError {
     /// is given back (by a task in the background, which the call waits
     /// for; sent again if that fails, as any release is; left to its lease
     /// if Redis cannot be reached) and the body did not run.
-    #[error("lock `{key}`: {acked} of the {needed} replicas asked for acknowledged the lock within {timeout:?}; it is given back, and the body did not run")]
+    #[error("lock `{}`: {acked} of the {needed} replicas asked for acknowledged the lock within {timeout:?}; it is given back, and the body did not run", Shown(.key))]
     #[non_exhaustive]
     NotReplicated {
         /// The lock's key.
@@ -122,7 +122,7 @@ pub enum LockError {
     /// with [`LockError::Lost`] and [`LossReason::ShutDown`] instead.
     ///
     /// [`LockClient::shutdown`]: crate::LockClient::shutdown
-    #[error("lock `{key}`: the lock client is shut down and takes no new locks")]
+    #[error("lock `{}`: the lock client is shut down and takes no new locks", Shown(.key))]
     #[non_exhaustive]
     ShutDown {
         /// The lock's key.
@@ -156,7 +156,7 @@ pub enum LockError {
     /// share a key. Use one kind per key, or another key.
     ///
     /// [`guide::kinds`]: crate::guide::kinds
-    #[error("lock `{key}` {}", MismatchText(.asked, .found, .found_by))]
+    #[error("lock `{}` {}", Shown(.key), MismatchText(.asked, .found, .found_by))]
     #[non_exhaustive]
     KindMismatch {
         /// The lock's key.
@@ -173,7 +173,7 @@ pub enum LockError {
 
     /// A key or an option was not valid at run time (for example an empty key
     /// or a zero lease given to the programmatic form).
-    #[error("invalid lock `{key}`: {message}")]
+    #[error("invalid lock `{}`: {message}", Shown(.key))]
     #[non_exhaustive]
     Invalid {
         /// The lock's key.
@@ -187,9 +187,10 @@ pub enum LockError {
     /// lost its lock (its lease ran out while it was paused, or the lock
     /// was forced) and must stop writing. Nothing was written.
     #[error(
-        "fenced write to `{resource}` refused: it was written with token {stored}, newer than \
+        "fenced write to `{}` refused: it was written with token {stored}, newer than \
          this write's {given}; the lock that gave {given} was lost (a newer holder took it), \
-         so stop writing and let the newer holder's state stand"
+         so stop writing and let the newer holder's state stand",
+        Shown(.resource)
     )]
     #[non_exhaustive]
     Fenced {
@@ -222,6 +223,28 @@ pub enum HeldBy {
     /// locked body (`join!`, `select!`) had its turn: calls on a key their
     /// body holds take turns.
     Sibling,
+}
+
+/// A key or resource as an error shows it: control characters (CR, LF,
+/// ESC...) escaped, so that a value from a request cannot forge a log line
+/// or a terminal's colours; everything else as it is.
+struct Shown<'a>(&'a str);
+
+impl std::fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use std::fmt::Write as _;
+        if !self.0.chars().any(char::is_control) {
+            return f.write_str(self.0);
+        }
+        for c in self.0.chars() {
+            if c.is_control() {
+                write!(f, "{}", c.escape_default())?;
+            } else {
+                f.write_char(c)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// What a [`LockError::Timeout`]'s message adds for its [`HeldBy`].

@@ -153,6 +153,26 @@ impl LockClientBuilder {
     }
 }
 
+/// Refuses a URL whose fragment is `#insecure`: redis-rs reads it as "do
+/// not verify the server's certificate" (with `tls-native-tls`, or another
+/// crate of the build enabling `redis/tls-rustls-insecure`), which a URL
+/// from configuration must not turn on silently.
+fn refuse_insecure(target: &Target) -> Result<(), LockError> {
+    let urls = match target {
+        Target::One(url) => std::slice::from_ref(url),
+        Target::Quorum(urls) | Target::Cluster(urls) | Target::Sentinel(urls, _) => urls,
+    };
+    if urls.iter().any(|url| url.ends_with("#insecure")) {
+        return Err(LockError::Connect(redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "a URL ends with #insecure, which turns off the check of the server's TLS \
+             certificate: remove it, and trust the server's CA with \
+             LockClientBuilder::tls_ca_file (or tls_ca_pem) instead",
+        ))));
+    }
+    Ok(())
+}
+
 /// The URLs given (any iterator of strings: `&[&str]`, `&Vec<String>`, an
 /// array), as the client keeps them.
 fn owned<I>(urls: I) -> Vec<String>
@@ -232,6 +252,7 @@ impl LockClientBuilder {
     }
 
     async fn connect_to(self, target: Target) -> Result<LockClient, LockError> {
+        refuse_insecure(&target)?;
         let place = target.place();
         let io = self.io().map_err(|e| LockError::Connect(e.into()))?;
         let id = new_client_id();

@@ -19,10 +19,16 @@
 //! - `GET /stock/{sku}`: the stock left.
 //! - `POST /stock/{sku}/deduct/{qty}`: takes `qty` units. 200 with the stock
 //!   left; 409 when there is not enough; 503 when the lock stayed busy for
-//!   the whole wait (1 s); 500 otherwise. A header `x-pause-ms` (at most
-//!   5000) makes the deduction pause that long under the lock, as a slow
-//!   downstream call would.
-//! - `GET /metrics`: the Prometheus exposition of the recorded metrics.
+//!   the whole wait (1 s); 500 otherwise, with a plain `internal error`
+//!   (the detail, which names the Redis node, goes to the log only). With
+//!   `STOCK_DEMO_PAUSE=1` in the environment (a demo knob, off by default:
+//!   it lets any client hold a lock for 5 s per request), a header
+//!   `x-pause-ms` (at most 5000) makes the deduction pause that long under
+//!   the lock, as a slow downstream call would.
+//! - `GET /metrics`: the Prometheus exposition of the recorded metrics. It
+//!   shows the lock labels (the key templates, not rendered keys), call
+//!   counts, waits and hold times, losses and the leader gauge: serve it
+//!   on an address only your scraper reaches, or behind its own guard.
 //!
 //! Arguments: the Redis URL (default `redis://127.0.0.1:6379/`) and the
 //! address to listen on (default `127.0.0.1:3000`; port 0 picks a free
@@ -72,7 +78,13 @@ impl StockError {
 struct Stock {
     redis: redis::aio::MultiplexedConnection,
     metrics: PrometheusHandle,
+    /// Whether `x-pause-ms` is honoured (`STOCK_DEMO_PAUSE=1`).
+    demo_pause: bool,
 }
+
+/// What a client is told of a failure the server logs: no node, no
+/// Redis error text.
+const INTERNAL: &str = "internal error\n";
 
 impl Stock {
     /// Takes `qty` units of `sku`: read, check, pause (if asked), write. Not
@@ -104,6 +116,7 @@ async fn deduct(
 ) -> (StatusCode, String) {
     let pause = headers
         .get("x-pause-ms")
+        .filter(|_| stock.demo_pause)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
         .map_or(Duration::ZERO, |ms| Duration::from_millis(ms.min(5000)));
     match stock.deduct(&sku, qty, pause).await {
@@ -112,6 +125,7 @@ async fn deduct(
             let status = error.status();
             if status == StatusCode::INTERNAL_SERVER_ERROR {
                 tracing::error!(%error, "deduction failed");
+                return (status, INTERNAL.to_owned());
             }
             (status, format!("{error}\n"))
         }
@@ -122,10 +136,10 @@ async fn show(State(stock): State<Stock>, Path(sku): Path<String>) -> (StatusCod
     let mut redis = stock.redis.clone();
     match redis.get::<_, Option<u64>>(format!("stock:{sku}")).await {
         Ok(left) => (StatusCode::OK, format!("{}\n", left.unwrap_or(0))),
-        Err(error) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("redis: {error}\n"),
-        ),
+        Err(error) => {
+            tracing::error!(%error, "reading the stock failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, INTERNAL.to_owned())
+        }
     }
 }
 
@@ -157,7 +171,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/stock/{sku}", get(show))
         .route("/stock/{sku}/deduct/{qty}", post(deduct))
         .route("/metrics", get(render_metrics))
-        .with_state(Stock { redis, metrics });
+        .with_state(Stock {
+            redis,
+            metrics,
+            demo_pause: std::env::var("STOCK_DEMO_PAUSE").is_ok_and(|v| v == "1"),
+        });
 
     let listener = tokio::net::TcpListener::bind(&listen).await?;
     println!("listening on {}", listener.local_addr()?);

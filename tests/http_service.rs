@@ -61,6 +61,8 @@ impl Service {
         let mut child = Command::new(example_binary())
             .args([redis_url, "127.0.0.1:0"])
             .env("RUST_LOG", "warn")
+            // The demo knob `x-pause-ms`, which the test uses.
+            .env("STOCK_DEMO_PAUSE", "1")
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()

@@ -50,6 +50,51 @@ fn the_guides_two_acl_lines_differ_by_the_sharded_rules_only() {
     assert_eq!(without, guide_acl_62());
 }
 
+/// Every command a library script calls (`redis.call('x'`, `redis.pcall`,
+/// and the renewal's local `call('x'`) is granted by both of the guide's
+/// lines: a command left out fails every call of the kind that needs it.
+#[test]
+fn the_guides_lines_grant_every_command_the_scripts_call() {
+    let names = [
+        "acquire",
+        "release",
+        "renew",
+        "fence",
+        "force_unlock",
+        "inspect",
+        "shared_acquire",
+        "shared_release",
+        "acquire_all",
+        "batch",
+        "fenced_write",
+    ];
+    let mut called = std::collections::BTreeSet::new();
+    for name in names {
+        let source = lock_runtime::__private::script_source(name).expect("a library script");
+        for (at, _) in source.match_indices("call('") {
+            let rest = &source[at + "call('".len()..];
+            let command: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphabetic())
+                .collect();
+            called.insert(command.to_lowercase());
+        }
+    }
+    assert!(
+        called.contains("hdel") && called.contains("mget"),
+        "{called:?}"
+    );
+    for line in [guide_acl(), guide_acl_62()] {
+        for command in &called {
+            let rule = format!("+{command}");
+            assert!(
+                line.contains(&rule),
+                "the guide's line lacks {rule}: {line:?}"
+            );
+        }
+    }
+}
+
 /// The rules of Redis 7.0's sharded pub/sub (Cluster's release channels),
 /// which Redis 6.2 does not know.
 const SHARDED_RULES: [&str; 3] = ["+spublish", "+ssubscribe", "+sunsubscribe"];
@@ -89,7 +134,10 @@ fn create_user(server: &Server, args: &[String]) -> String {
 }
 
 /// The guide's user: contention with wake-up across two clients, renewal
-/// (a body three leases long), release, re-entry.
+/// (a body three leases long), release, re-entry; every kind (read-write,
+/// counted, fair), several keys, a leader's term, `inspect` and
+/// `force_unlock`; and, with the guide's extra pattern for a resource's
+/// keys and fence, a fenced write.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_least_privilege_user_runs_everything() {
     let server = Server::tcp(&[]);
@@ -123,6 +171,75 @@ async fn the_least_privilege_user_runs_everything() {
     b.run_locked("acl:chain", once, async { Ok::<_, LockError>(()) })
         .await
         .expect("released at the outermost end");
+    every_kind(&a, &b).await;
+}
+
+/// Each kind, several keys, a term, `inspect` and `force_unlock` as the
+/// guide's user: taken, released (another client takes it at once), and
+/// a writer that meets readers told so (`KindMismatch` names no raw script
+/// error).
+async fn every_kind(a: &LockClient, b: &LockClient) {
+    let once = LockOptions::new().wait(Duration::ZERO);
+    let kinds = [
+        ("acl:read", once.mode(lock_runtime::LockMode::Read)),
+        ("acl:permits", once.permits(2)),
+        ("acl:fair", once.fair(true)),
+        ("acl:write", once.mode(lock_runtime::LockMode::Write)),
+    ];
+    for (key, options) in kinds {
+        a.run_locked(key, options, async { Ok::<_, LockError>(()) })
+            .await
+            .unwrap_or_else(|e| panic!("{key}: {e}"));
+        b.run_locked(key, options, async { Ok::<_, LockError>(()) })
+            .await
+            .unwrap_or_else(|e| panic!("{key} again: {e}"));
+    }
+    a.run_locked_all(["acl:x", "acl:y"], once, async { Ok::<_, LockError>(()) })
+        .await
+        .expect("several keys");
+    b.run_locked_all(["acl:y", "acl:x"], once, async { Ok::<_, LockError>(()) })
+        .await
+        .expect("several keys again");
+    a.lead("acl:leader", LockOptions::new(), |_| async {
+        Ok::<_, LockError>(())
+    })
+    .await
+    .expect("a term");
+    // A plain call and a writer that meet a reader (in another task).
+    let read = once.mode(lock_runtime::LockMode::Read);
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let reader = a.clone();
+    let reading = tokio::spawn(async move {
+        let body = async move {
+            let _ = held_tx.send(());
+            let _ = done_rx.await;
+            Ok::<_, LockError>(())
+        };
+        reader.run_locked("acl:read", read, body).await
+    });
+    held_rx.await.expect("the reader holds it");
+    let plain = b.run_locked("acl:read", once, async { Ok::<_, LockError>(()) });
+    let plain = plain.await;
+    assert!(
+        matches!(
+            plain,
+            Err(LockError::KindMismatch { .. }) | Err(LockError::Timeout { .. })
+        ),
+        "{plain:?}"
+    );
+    let write = once.mode(lock_runtime::LockMode::Write);
+    let writer = b.run_locked("acl:read", write, async { Ok::<_, LockError>(()) });
+    assert!(matches!(writer.await, Err(LockError::Timeout { .. })));
+    done_tx.send(()).expect("the reader waits");
+    reading.await.expect("task").expect("read and released");
+    let held = a.run_locked("acl:inspected", once, async {
+        let info = b.inspect("acl:inspected").await.expect("inspect");
+        assert!(info.is_held());
+        assert!(b.force_unlock("acl:inspected").await.expect("force_unlock"));
+        Ok::<_, LockError>(())
+    });
+    assert!(matches!(held.await, Err(LockError::Lost { .. })), "forced");
 }
 
 /// The guide's rules without any channel.
@@ -212,4 +329,28 @@ async fn a_user_without_channels_waits_on_the_lease() {
     );
     done.notify_one();
     holder.await.expect("holder task").expect("released");
+}
+
+/// A fenced write as the guide's user, with the guide's extra pattern for
+/// the resource's keys and fence (and the command it runs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fenced_write_runs_with_the_guides_extra_pattern() {
+    let server = Server::tcp(&[]);
+    let mut rules = guide_acl();
+    rules.extend(["~{stock:*}*".to_owned(), "+incrby".to_owned()]);
+    let url = create_user(&server, &rules);
+    let client = LockClient::connect(&url)
+        .await
+        .expect("connect as the user");
+    let replies = client
+        .run_locked("stock:1", LockOptions::new(), async {
+            client
+                .fenced_write("stock:1")
+                .cmd("INCRBY", ["{stock:1}:units"], 5)
+                .run()
+                .await
+        })
+        .await
+        .expect("the fenced write ran");
+    assert_eq!(replies, vec![lock_runtime::redis::Value::Int(5)]);
 }

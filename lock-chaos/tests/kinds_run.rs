@@ -53,7 +53,7 @@ fn short_kinds_run_on_one_node() {
             Some((name, n.parse().ok()?))
         })
         .collect();
-    assert_eq!(by_rule.len(), 10, "{rules}");
+    assert_eq!(by_rule.len(), 11, "{rules}");
     for (name, n) in &by_rule {
         assert_eq!(*n, 0, "{name} violations (seed 7): {rules}");
     }

@@ -354,3 +354,43 @@ async fn a_fenced_write_runs_with_the_guides_extra_pattern() {
         .expect("the fenced write ran");
     assert_eq!(replies, vec![lock_runtime::redis::Value::Int(5)]);
 }
+
+/// A release that Redis refuses (`NOPERM`: the user lost a right while the
+/// body ran) reached Redis: the call says so with a `Backend` error naming
+/// the cause, not a `Lost(Unconfirmed)` that says it could not reach Redis,
+/// and the lock stays held until its lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_refused_by_an_acl_is_a_backend_error_not_a_loss() {
+    let server = Server::tcp(&[]);
+    let url = create_user(&server, &guide_acl());
+    let client = LockClient::connect(&url)
+        .await
+        .expect("connect as the user");
+    let lease = LockOptions::new().lease(Duration::from_secs(30));
+    let outcome = client
+        .run_locked("acl:refused", lease, async {
+            let mut admin = server.connection_as("");
+            redis::cmd("ACL")
+                .arg("SETUSER")
+                .arg("locker")
+                .arg("-evalsha")
+                .query::<()>(&mut admin)
+                .expect("revoke EVALSHA");
+            Ok::<_, LockError>(())
+        })
+        .await;
+    match &outcome {
+        Err(LockError::Backend { key, source, .. }) => {
+            assert!(key.ends_with("acl:refused"), "{key}");
+            assert_eq!(source.code(), Some("NOPERM"), "{source}");
+            assert!(!outcome.as_ref().unwrap_err().is_retryable());
+        }
+        other => panic!("not the refusal: {other:?}"),
+    }
+    // Still held in Redis (the release changed nothing), until its lease.
+    let ttl: i64 = redis::cmd("PTTL")
+        .arg("lock:acl:refused")
+        .query(&mut server.connection_as(""))
+        .expect("PTTL");
+    assert!(ttl > 20_000, "{ttl}");
+}

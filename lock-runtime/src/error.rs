@@ -69,6 +69,13 @@ pub enum LockError {
     /// refused: which builder option gives it); [`source`] is the
     /// [`redis::RedisError`] itself.
     ///
+    /// From a locked call whose body returned, it is the release's: Redis
+    /// refused it with an error that retrying does not cure (`NOPERM` from
+    /// an ACL that lacks a right, say). The body ran to its end; the lock
+    /// was not freed, and stays held in Redis until its lease ends (a
+    /// release that could not reach Redis at all is
+    /// [`LockError::Lost`] with [`LossReason::Unconfirmed`] instead).
+    ///
     /// [`source`]: std::error::Error::source
     #[error("lock `{}` on {node}: {}", Shown(.key), Cause(.source))]
     #[non_exhaustive]

@@ -541,6 +541,10 @@ fn finish<O: Outcome<T, E>, T, E>(
     result: Result<T, E>,
     released: Released,
 ) -> O::Output {
+    if let Released::Refused(error) = released {
+        // It reached Redis, which refused it: what it was, not a loss.
+        return O::lock(*error);
+    }
     let Some(reason) = released.loss(held) else {
         telemetry::released(held);
         return O::body(result);

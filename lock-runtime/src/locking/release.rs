@@ -5,14 +5,14 @@ use std::sync::Arc;
 use tracing::{Instrument, Span};
 
 use crate::client::LockClient;
-use crate::error::LossReason;
+use crate::error::{LockError, LossReason};
 use crate::held::{HeldLock, Loss};
 use crate::kind::{Kind, Release};
 use crate::route::Lane;
 use crate::telemetry;
 
 /// How a release ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Released {
     /// The acquisition held the lock to the end; it is free now.
     Freed,
@@ -21,16 +21,25 @@ pub(crate) enum Released {
     /// Redis could not be reached, twice: whether the lock was still held
     /// is not known (it expires with its lease if it was).
     Unknown,
+    /// Redis refused the release with an error that retrying does not cure
+    /// (`NOPERM` from an ACL, say): it did reach Redis, nothing was freed,
+    /// and the hold stays there until its lease ends.
+    Refused(Box<LockError>),
 }
 
 impl Released {
+    /// Whether the release freed the lock.
+    pub(crate) fn is_freed(&self) -> bool {
+        matches!(self, Released::Freed)
+    }
+
     /// What a release that did not free `held` says of its hold: the body
     /// outlived its lease, or the lock was erased or taken while the body
     /// ran (a Redis restart, say, before any renewal could notice), or it
     /// is not known; `None` when it was freed.
-    pub(crate) fn loss(self, held: &HeldLock) -> Option<LossReason> {
+    pub(crate) fn loss(&self, held: &HeldLock) -> Option<LossReason> {
         match self {
-            Released::Freed => None,
+            Released::Freed | Released::Refused(_) => None,
             Released::NotHeld => Some(match held.check_now() {
                 Some(Loss {
                     reason: LossReason::Expired,
@@ -78,18 +87,16 @@ pub(crate) async fn release(client: &LockClient, held: &HeldLock, lane: &Lane) -
             telemetry::release_failed(&held.key, &error);
             if cfg!(feature = "defect-ok-after-unknown-release") {
                 Released::Freed
-            } else {
+            } else if error.is_retryable() {
                 Released::Unknown
+            } else {
+                Released::Refused(Box::new(error))
             }
         }
     };
     // Freed, or not held any more: the waiters here have no other release
     // to wait for, so they should try now.
-    let token = if released == Released::Freed {
-        held.token
-    } else {
-        0
-    };
+    let token = if released.is_freed() { held.token } else { 0 };
     // A fair line's release names its next waiter, and only that waiter's
     // client tries (see the client's push handler); this client's waiters
     // of other kinds are in no fair line, and try now.
@@ -121,7 +128,7 @@ pub(crate) fn release_dropped(client: &LockClient, held: Arc<HeldLock>, span: Sp
     let owned = client.clone();
     let releasing = async move {
         let released = release(&owned, &held, &Lane::Home).await;
-        telemetry::released_in_background(released == Released::Freed);
+        telemetry::released_in_background(released.is_freed());
     };
     client.inner.io.spawn(releasing.instrument(span));
 }

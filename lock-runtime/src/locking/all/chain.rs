@@ -13,7 +13,7 @@ use futures_util::future::join_all;
 use tracing::Span;
 
 use super::super::outcome::Outcome;
-use super::super::release::{release, release_dropped, release_later};
+use super::super::release::{release, release_dropped, release_later, Released};
 use crate::client::LockClient;
 use crate::error::{FoundBy, LockError};
 use crate::held::{Frame, HeldLock, Loss};
@@ -177,6 +177,10 @@ impl<'c> Chain<'c> {
         let released = join_all(releases).await;
         let mut error = None;
         for (held, released) in self.taken.iter().zip(released) {
+            if let Released::Refused(refused) = released {
+                error.get_or_insert(*refused);
+                continue;
+            }
             let Some(reason) = released.loss(held) else {
                 telemetry::released(held);
                 continue;

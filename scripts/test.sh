@@ -148,9 +148,10 @@ fi
 # `--workspace` as in the first stage: the same features, so the same test
 # binaries, not a second build.
 family_tests=(ownership loss fencing scripts wait_timeout cancellation mutual_exclusion
-  reentrancy watchdog redlock acl errors operate replicas sentinel cluster kinds_scripts kinds
-  kinds_deployments kinds_rules several_keys several_rules embedded_differential hold_at_least
-  scheduled_processes leader fenced fenced_processes election_processes coalescing hold_end)
+  reentrancy watchdog redlock acl errors operate replicas sentinel cluster cluster_wakeup
+  kinds_scripts kinds kinds_deployments kinds_rules several_keys several_rules
+  embedded_differential hold_at_least scheduled_processes leader fenced fenced_processes
+  election_processes coalescing hold_end)
 family_args=()
 for test in "${family_tests[@]}"; do family_args+=(--test "$test"); done
 # Tests of those binaries that run in the first stage only: their resource is

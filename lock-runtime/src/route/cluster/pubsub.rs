@@ -22,6 +22,21 @@
 //! disconnection, as on one node: a disconnection wakes every waiter, and a
 //! (re)subscription's confirmation wakes the key's line, so a release
 //! published while the channel moved is not missed.
+//!
+//! A sharded channel is never unsubscribed: no `SUNSUBSCRIBE` is sent. Its
+//! confirmation is a `sunsubscribe` push, which redis-rs from 1.8.2 on no
+//! longer takes as the reply to a command sent as such (it cannot tell it
+//! from the server's own, when a slot moves): the command would wait until
+//! its timeout and leave every later command on the connection one reply
+//! behind. A channel nobody waits on any more *lapses* instead: it stays
+//! subscribed on its connection, where its messages wake nobody, until it is
+//! wanted again (subscribing it again is harmless) or the connection is
+//! closed. A connection is closed, and its wanted channels subscribed again
+//! on a new one, once more channels have lapsed on it than [`LAPSED_MAX`]
+//! or than it has wanted ones. Every connection the client closes has its
+//! wanted channels subscribed again, so a channel counted on a node is
+//! always subscribed on the node's current connection; events of a closed
+//! connection (told apart by a generation number) are ignored.
 
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
@@ -55,12 +70,24 @@ const MAP_ASKS: usize = 3;
 /// subscriptions do without one before asking again.
 const MAP_PAUSE: Duration = Duration::from_secs(1);
 
-/// What the push handlers tell the resubscription task.
+/// The lapsed channels a connection keeps (or as many as its wanted ones,
+/// if more) before it is remade without them.
+const LAPSED_MAX: usize = 64;
+
+/// What the push handlers and the closing of a connection tell the
+/// resubscription task.
 enum Event {
-    /// The connection to this node dropped.
-    NodeLost(Arc<str>),
-    /// The server dropped this channel on this node (its slot moved away).
-    Dropped { node: Arc<str>, key: Box<str> },
+    /// The connection of this generation to this node dropped.
+    NodeLost { node: Arc<str>, generation: u64 },
+    /// The server dropped this channel on this node's connection of this
+    /// generation (its slot moved away).
+    Dropped {
+        node: Arc<str>,
+        generation: u64,
+        key: Box<str>,
+    },
+    /// Wanted channels whose connection the client closed.
+    Orphaned(Vec<Box<str>>),
 }
 
 type OnPush = Arc<dyn Fn(PushInfo) + Send + Sync>;
@@ -84,7 +111,9 @@ struct State {
     /// subscribed now).
     channels: HashMap<Box<str>, Option<Arc<str>>>,
     /// The subscription connection of each node, by `host:port`.
-    nodes: HashMap<Arc<str>, MultiplexedConnection>,
+    nodes: HashMap<Arc<str>, NodeConnection>,
+    /// The generation of the last connection tried.
+    generation: u64,
     /// The nodes found without sharded pub/sub (Redis 6.2: `SSUBSCRIBE` is
     /// an unknown command), where channels are subscribed by `SUBSCRIBE`;
     /// found again once a node's connection is remade.
@@ -98,6 +127,43 @@ struct State {
     /// that is down (or frozen, which costs a connect timeout) delays only
     /// what no other node can do.
     failed: HashSet<Arc<str>>,
+}
+
+/// A node's subscription connection.
+struct NodeConnection {
+    con: MultiplexedConnection,
+    /// Tells this connection's events from those of an earlier one to the
+    /// same node.
+    generation: u64,
+    /// The sharded channels no longer wanted but still subscribed here.
+    lapsed: HashSet<Box<str>>,
+}
+
+impl State {
+    /// Whether `generation` is the current connection to `node`.
+    fn is_current(&self, node: &Arc<str>, generation: u64) -> bool {
+        self.nodes
+            .get(node)
+            .is_some_and(|connection| connection.generation == generation)
+    }
+
+    /// Closes the connection to `node`, if any (the server ends its
+    /// subscriptions there). The wanted channels that were on it, now
+    /// counted as not subscribed.
+    fn close(&mut self, node: &Arc<str>) -> Vec<Box<str>> {
+        if self.nodes.remove(node).is_none() {
+            return Vec::new();
+        }
+        self.plain.remove(node);
+        let mut orphaned = Vec::new();
+        for (key, on) in self.channels.iter_mut() {
+            if on.as_ref() == Some(node) {
+                *on = None;
+                orphaned.push(key.clone());
+            }
+        }
+        orphaned
+    }
 }
 
 /// The channels: what the cluster route asks for, and their resubscription.
@@ -162,7 +228,16 @@ impl ShardedSubscriptions {
         let Some(Some(node)) = state.channels.remove(key) else {
             return Ok(());
         };
-        self.unsubscribe_on(&state, &node, key).await
+        self.unsubscribe_on(&mut state, &node, key).await
+    }
+
+    /// Closes the connection to `node`, if any, and has its wanted channels
+    /// subscribed again.
+    fn close(&self, state: &mut State, node: &Arc<str>) {
+        let orphaned = state.close(node);
+        if !orphaned.is_empty() {
+            let _ = self.events.send(Event::Orphaned(orphaned));
+        }
     }
 
     /// Subscribes again the channels in `moved` that are still wanted and
@@ -221,7 +296,16 @@ impl ShardedSubscriptions {
         // old one, or the master refused): maybe a replica, which relays
         // nothing while it syncs. Read the map again and move there.
         state.masters = None;
-        Ok(self.move_to_master(state, key, slot, node).await)
+        let node = self.move_to_master(state, key, slot, node).await;
+        // Reading the map there may have found the node lost and closed
+        // its connection, and the channel with it.
+        if !state.nodes.contains_key(&node) {
+            return Err(RedisError::from((
+                redis::ErrorKind::Io,
+                "the subscription's node was lost",
+            )));
+        }
+        Ok(node)
     }
 
     /// Subscribes `key` on the first node of `first`, the seeds and the
@@ -256,7 +340,7 @@ impl ShardedSubscriptions {
                             continue;
                         }
                         if is_lost(&error) {
-                            state.nodes.remove(&node);
+                            self.close(state, &node);
                             state.failed.insert(node.clone());
                             failed_now.push(node);
                         }
@@ -292,8 +376,6 @@ impl ShardedSubscriptions {
         }
         match self.ssubscribe_on(state, &master, key).await {
             Ok(()) => {
-                // The server's confirmation names `node`, whose channel no
-                // longer counts (see `follow`).
                 if let Err(error) = self.unsubscribe_on(state, &node, key).await {
                     tracing::debug!(%error, key, "unsubscribe from a non-master failed");
                 }
@@ -302,7 +384,7 @@ impl ShardedSubscriptions {
             Err(error) => {
                 tracing::debug!(%error, key, "subscribe on the slot's master failed");
                 if is_lost(&error) {
-                    state.nodes.remove(&master);
+                    self.close(state, &master);
                     state.failed.insert(master);
                 }
                 node
@@ -344,7 +426,7 @@ impl ShardedSubscriptions {
                 Err(error) => {
                     tracing::debug!(%error, node = &*node, "no slot map from a cluster node");
                     if is_lost(&error) {
-                        state.nodes.remove(&node);
+                        self.close(state, &node);
                         state.failed.insert(node);
                     }
                 }
@@ -369,9 +451,10 @@ impl ShardedSubscriptions {
 
 /// The connections, one per node.
 impl ShardedSubscriptions {
-    /// `SSUBSCRIBE key` on `node`, connecting to it first if needed; on a
-    /// node without sharded pub/sub, `SUBSCRIBE key` (the releases there
-    /// publish by `PUBLISH`, which reaches every node).
+    /// `SSUBSCRIBE key` on `node`, connecting to it first if needed (a
+    /// channel lapsed there is wanted again); on a node without sharded
+    /// pub/sub, `SUBSCRIBE key` (the releases there publish by `PUBLISH`,
+    /// which reaches every node).
     async fn ssubscribe_on(
         &self,
         state: &mut State,
@@ -389,7 +472,13 @@ impl ShardedSubscriptions {
                     tracing::debug!(node = &**node, "no sharded pub/sub there: SUBSCRIBE");
                     state.plain.insert(node.clone());
                 }
-                answer => return answer.map(drop),
+                Ok(_) => {
+                    if let Some(connection) = state.nodes.get_mut(node) {
+                        connection.lapsed.remove(key);
+                    }
+                    return Ok(());
+                }
+                Err(error) => return Err(error),
             }
         }
         redis::cmd("SUBSCRIBE")
@@ -399,26 +488,44 @@ impl ShardedSubscriptions {
             .map(drop)
     }
 
-    /// `SUNSUBSCRIBE key` on `node` (`UNSUBSCRIBE` where it has no sharded
-    /// pub/sub), if the client has a connection there.
+    /// Stops listening on `key`'s channel on `node`, if the client has a
+    /// connection there: `UNSUBSCRIBE key` where it has no sharded pub/sub
+    /// (its confirmation is the command's reply in every redis-rs version);
+    /// else the channel lapses (see the module's doc), and the connection is
+    /// closed if that makes too many lapsed ones.
     async fn unsubscribe_on(
         &self,
-        state: &State,
+        state: &mut State,
         node: &Arc<str>,
         key: &str,
     ) -> Result<(), RedisError> {
-        let Some(mut con) = state.nodes.get(node).cloned() else {
+        let Some(connection) = state.nodes.get_mut(node) else {
             return Ok(());
         };
-        let command = match state.plain.contains(node) {
-            true => "UNSUBSCRIBE",
-            false => "SUNSUBSCRIBE",
-        };
-        redis::cmd(command)
-            .arg(key)
-            .query_async::<Value>(&mut con)
-            .await
-            .map(drop)
+        if state.plain.contains(node) {
+            return redis::cmd("UNSUBSCRIBE")
+                .arg(key)
+                .query_async::<Value>(&mut connection.con)
+                .await
+                .map(drop);
+        }
+        connection.lapsed.insert(key.into());
+        let lapsed = connection.lapsed.len();
+        let wanted = state
+            .channels
+            .values()
+            .filter(|on| on.as_ref() == Some(node))
+            .count();
+        if lapsed > LAPSED_MAX.max(wanted) {
+            tracing::debug!(
+                node = &**node,
+                lapsed,
+                wanted,
+                "remaking a subscription connection"
+            );
+            self.close(state, node);
+        }
+        Ok(())
     }
 
     /// The connection to `node`, made first if there is none.
@@ -427,28 +534,44 @@ impl ShardedSubscriptions {
         state: &mut State,
         node: &Arc<str>,
     ) -> Result<MultiplexedConnection, RedisError> {
-        if let Some(con) = state.nodes.get(node) {
-            return Ok(con.clone());
+        if let Some(connection) = state.nodes.get(node) {
+            return Ok(connection.con.clone());
         }
-        let con = self.connect(node).await?;
-        state.nodes.insert(node.clone(), con.clone());
+        // Used up even if the connection fails: a failed connection's
+        // events never name a later one.
+        state.generation += 1;
+        let generation = state.generation;
+        let con = self.connect(node, generation).await?;
+        let connection = NodeConnection {
+            con: con.clone(),
+            generation,
+            lapsed: HashSet::new(),
+        };
+        state.nodes.insert(node.clone(), connection);
         Ok(con)
     }
 
-    /// A RESP3 connection to `node` (`host:port`) that reports its pushes.
-    async fn connect(&self, node: &Arc<str>) -> Result<MultiplexedConnection, RedisError> {
+    /// A RESP3 connection to `node` (`host:port`) that reports its pushes,
+    /// its events tagged with `generation`.
+    async fn connect(
+        &self,
+        node: &Arc<str>,
+        generation: u64,
+    ) -> Result<MultiplexedConnection, RedisError> {
         let client = node_client(&self.base, node)?;
         let (on_push, events, name) = (self.on_push.clone(), self.events.clone(), node.clone());
         let config = self.config.clone().set_push_sender(move |info: PushInfo| {
             match info.kind {
                 PushKind::Disconnection => {
-                    let _ = events.send(Event::NodeLost(name.clone()));
+                    let node = name.clone();
+                    let _ = events.send(Event::NodeLost { node, generation });
                 }
                 PushKind::SUnsubscribe => {
                     if let Some(Value::BulkString(channel)) = info.data.first() {
                         if let Ok(key) = std::str::from_utf8(channel) {
                             let _ = events.send(Event::Dropped {
                                 node: name.clone(),
+                                generation,
                                 key: key.into(),
                             });
                         }
@@ -472,32 +595,35 @@ async fn follow(mut queue: mpsc::UnboundedReceiver<Event>, this: Weak<ShardedSub
         let moved: Vec<Box<str>> = {
             let mut state = this.state.lock().await;
             match event {
-                Event::NodeLost(node) => {
-                    state.nodes.remove(&node);
-                    state.plain.remove(&node);
+                // A connection the client closed had its channels moved then.
+                Event::NodeLost { node, generation } if state.is_current(&node, generation) => {
                     // A failover, maybe: the next subscription reads the
                     // slot map again.
                     state.masters = None;
-                    let mut moved = Vec::new();
-                    for (key, on) in state.channels.iter_mut() {
-                        if on.as_ref() == Some(&node) {
-                            *on = None;
-                            moved.push(key.clone());
-                        }
-                    }
-                    moved
+                    state.close(&node)
                 }
-                // Only a channel still counted on that node: one moved to
-                // its master by `move_to_master` is dropped on the old
-                // node on purpose.
-                Event::Dropped { node, key } => match state.channels.get_mut(&key) {
-                    Some(on) if on.as_ref() == Some(&node) => {
-                        *on = None;
-                        state.masters = None;
-                        vec![key]
+                Event::Dropped {
+                    node,
+                    generation,
+                    key,
+                } if state.is_current(&node, generation) => {
+                    if let Some(connection) = state.nodes.get_mut(&node) {
+                        connection.lapsed.remove(&key);
                     }
-                    _ => Vec::new(),
-                },
+                    // Only a channel still counted on that node: one moved
+                    // to its master by `move_to_master` lapsed on the old
+                    // node.
+                    match state.channels.get_mut(&key) {
+                        Some(on) if on.as_ref() == Some(&node) => {
+                            *on = None;
+                            state.masters = None;
+                            vec![key]
+                        }
+                        _ => Vec::new(),
+                    }
+                }
+                Event::NodeLost { .. } | Event::Dropped { .. } => Vec::new(),
+                Event::Orphaned(keys) => keys,
             }
         };
         if !moved.is_empty() {

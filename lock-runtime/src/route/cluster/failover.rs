@@ -17,6 +17,14 @@
 //! keys stay taken until their lease ends, as without the log. Sending a
 //! release twice changes nothing (see [`crate::route::replay`]).
 //!
+//! A release that was not answered at all (the cluster was down for a
+//! moment while a master failed over: `CLUSTERDOWN`, `TRYAGAIN`, a dropped
+//! connection) is owed the same way, though its slot's master may not
+//! change: the route marks its slot ([`Unsent`]), and its releases go again
+//! at the next read, up to [`TRIES`] replays. Without that, its hold would
+//! stay taken until its lease ends (30 s by default), and this client's own
+//! calls on the key would time out waiting for a hold it already gave up.
+//!
 //! A release sent again publishes its notice on the new master, with this
 //! client's id, which this client skips (its releases woke its waiters when
 //! they were first sent). But the waiters of this client that tried since
@@ -28,11 +36,14 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use futures_util::future::join_all;
+use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
-use redis::{Pipeline, PushInfo, RedisError, RedisResult, Script, Value};
+use redis::{
+    AsyncConnectionConfig, ConnectionInfo, ErrorKind, Pipeline, PushInfo, RedisError, RedisResult,
+    Script, Value,
+};
 
-use super::slots::{load_on_master, read_through, slot_of, SlotMap};
+use super::slots::{node_client, read_through, slot_of, SlotMap};
 use crate::route::node::missed_release;
 use crate::route::replay::ReplayLog;
 
@@ -78,15 +89,51 @@ impl LastMap {
     }
 }
 
-/// Follows the slots' masters while `log` lives (the client's), keeping
-/// the map read last in `last`; `seed_host` stands for a master listed
-/// without a host.
+/// The slots of releases that failed unanswered since the follower's last
+/// read: their releases go again at its next read.
+#[derive(Default)]
+pub(crate) struct Unsent(Mutex<BTreeSet<u16>>);
+
+impl Unsent {
+    /// A release of a key of `slot` failed unanswered.
+    pub(crate) fn mark(&self, slot: u16) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(slot);
+    }
+
+    /// The slots marked since the last call.
+    fn take(&self) -> BTreeSet<u16> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// What the follower shares with the route: the releases kept (while the
+/// client lives), the map read last, and the slots of releases that failed
+/// unanswered.
+pub(crate) struct Shared {
+    pub log: Weak<ReplayLog>,
+    pub last: Arc<LastMap>,
+    pub unsent: Arc<Unsent>,
+    /// Where the releases go again.
+    pub masters: Masters,
+}
+
+/// Follows the slots' masters while the client's log lives, keeping the
+/// map read last; `seed_host` stands for a master listed without a host.
 pub(crate) async fn follow_masters(
-    (log, last): (Weak<ReplayLog>, Arc<LastMap>),
+    shared: Shared,
     commands: ClusterConnection,
     seed_host: String,
     on_push: OnPush,
 ) {
+    let Shared {
+        log,
+        last,
+        unsent,
+        masters,
+    } = shared;
     let mut followed = Followed::default();
     let mut asked: u16 = 0;
     let mut ticks = tokio::time::interval(EVERY);
@@ -96,8 +143,10 @@ pub(crate) async fn follow_masters(
         let Some(log) = log.upgrade() else { return };
         if followed.started() && log.is_empty() {
             followed.nothing_owed();
+            unsent.take();
             continue;
         }
+        followed.owe(unsent.take());
         // A different master each time (as the connection knows them): a
         // dead one costs one tick.
         asked = (asked + ASK_STEP) % SLOTS;
@@ -110,7 +159,7 @@ pub(crate) async fn follow_masters(
         }
         let now = Arc::new(now);
         last.set(now.clone());
-        let Some(moved) = followed.read(now) else {
+        let Some(moved) = followed.read(now.clone()) else {
             continue;
         };
         let mut woken: HashSet<Box<str>> = HashSet::new();
@@ -122,7 +171,7 @@ pub(crate) async fn follow_masters(
         let replayed = log
             .replay(
                 |key| moved.slot(key),
-                |slot, pipeline, scripts| send(&commands, slot, pipeline, scripts),
+                |slot, pipeline, scripts| masters.send(now.master_of(slot), pipeline, scripts),
                 wake,
             )
             .await;
@@ -152,8 +201,9 @@ pub(crate) async fn follow_masters(
 struct Followed {
     /// The map read last.
     known: Option<Arc<SlotMap>>,
-    /// The slots whose releases the last replay did not send, each with
-    /// the replays that did not send them so far.
+    /// The slots whose releases the last replay did not send, or whose
+    /// release failed unanswered since, each with the replays that did not
+    /// send them so far.
     owed: HashMap<u16, u32>,
 }
 
@@ -192,6 +242,14 @@ impl Followed {
         given_up
     }
 
+    /// The releases of the slots `unsent` failed unanswered: they go again
+    /// at the next read (a slot owed already keeps its count of replays).
+    fn owe(&mut self, unsent: BTreeSet<u16>) {
+        for slot in unsent {
+            self.owed.entry(slot).or_insert(0);
+        }
+    }
+
     /// The log keeps nothing: no release is owed.
     fn nothing_owed(&mut self) {
         self.owed.clear();
@@ -215,23 +273,90 @@ impl Moved<'_> {
     }
 }
 
-/// Loads `scripts` on the master of `slot` (the one node the pipeline
-/// goes to), then sends each command of `pipeline` (all of that slot) on
-/// the cluster connection, at once: each one's answer.
-async fn send(
-    commands: &ClusterConnection,
-    slot: u16,
-    pipeline: Pipeline,
-    scripts: Vec<&'static Script>,
-) -> Result<Vec<RedisResult<Value>>, RedisError> {
-    for script in scripts {
-        load_on_master(commands, script, slot).await?;
+/// The follower's own connections, one per master it sends releases to
+/// (made at first use, dropped when one fails), with the client's
+/// credentials, TLS settings and timeouts.
+///
+/// A replay never goes through the client's cluster connection: there, each
+/// release of a pipeline is a request of its own, and when the connection
+/// still routes the slot to a master that died, every one of them fails,
+/// is retried and asks for the slot map again. A replay of a few thousand
+/// releases at once did that, and left the cluster connection refreshing
+/// its map for ever, every call of the client timing out (redis-rs 1.8).
+/// Here a replay is one pipeline on one connection to the master the map
+/// just read names; if that node is dead or no master, the pipeline fails
+/// (or its releases answer `MOVED`) once, and goes again at the next read.
+pub(crate) struct Masters {
+    base: ConnectionInfo,
+    config: AsyncConnectionConfig,
+    open: Mutex<HashMap<Arc<str>, MultiplexedConnection>>,
+}
+
+impl Masters {
+    /// No connection yet; `base` gives the credentials and TLS settings,
+    /// `connect` and `command` the timeouts.
+    pub(crate) fn new(base: ConnectionInfo, (connect, command): (Duration, Duration)) -> Self {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connect))
+            .set_response_timeout(Some(command));
+        Masters {
+            base,
+            config,
+            open: Mutex::new(HashMap::new()),
+        }
     }
-    let calls = pipeline.cmd_iter().map(|cmd| {
-        let mut con = commands.clone();
-        async move { cmd.query_async::<Value>(&mut con).await }
-    });
-    Ok(join_all(calls).await)
+
+    /// The connection to `master`, made if there is none.
+    async fn connection(&self, master: &Arc<str>) -> Result<MultiplexedConnection, RedisError> {
+        let known = {
+            let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+            open.get(master).cloned()
+        };
+        if let Some(con) = known {
+            return Ok(con);
+        }
+        let client = node_client(&self.base, master)?;
+        let con = client
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await?;
+        self.open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(master.clone(), con.clone());
+        Ok(con)
+    }
+
+    /// Loads `scripts` on `master`, then sends `pipeline` there as one
+    /// pipeline: each command's answer (a release that ran, or its error,
+    /// `MOVED` from a node that is no master of the slot).
+    async fn send(
+        &self,
+        master: Option<&Arc<str>>,
+        pipeline: Pipeline,
+        scripts: Vec<&'static Script>,
+    ) -> Result<Vec<RedisResult<Value>>, RedisError> {
+        let Some(master) = master else {
+            return Err(RedisError::from((
+                ErrorKind::ClusterConnectionNotFound,
+                "the slot map names no master of the slot",
+            )));
+        };
+        let mut con = self.connection(master).await?;
+        let sent = async {
+            for script in scripts {
+                script.load_async(&mut con).await?;
+            }
+            pipeline.query_async(&mut con).await
+        };
+        let answers = sent.await;
+        if answers.is_err() {
+            self.open
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(master);
+        }
+        answers
+    }
 }
 
 #[cfg(test)]
@@ -271,6 +396,26 @@ mod tests {
         assert_eq!(followed.replayed(&BTreeSet::new()), 0);
         let moved = followed.read(map("10.0.0.4:7003")).expect("a map before");
         assert_eq!(moved.slot(KEY), None);
+    }
+
+    #[test]
+    fn a_release_that_failed_unanswered_goes_again_though_its_master_did_not_change() {
+        let slot = slot_of(KEY.as_bytes());
+        let mut followed = Followed::default();
+        followed.read(map("10.0.0.1:7000"));
+        // A release of KEY failed (the cluster was down): its slot is owed.
+        followed.owe(BTreeSet::from([slot]));
+        let moved = followed.read(map("10.0.0.1:7000")).expect("a map before");
+        assert_eq!((moved.slot(KEY), moved.slot(OTHER)), (Some(slot), None));
+        // Sent: not again.
+        assert_eq!(followed.replayed(&BTreeSet::new()), 0);
+        let moved = followed.read(map("10.0.0.1:7000")).expect("a map before");
+        assert_eq!(moved.slot(KEY), None);
+        // A slot owed already keeps its count of replays.
+        followed.owe(BTreeSet::from([slot]));
+        followed.replayed(&BTreeSet::from([slot]));
+        followed.owe(BTreeSet::from([slot]));
+        assert_eq!(followed.owed.get(&slot), Some(&1));
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //! - **Replicas**: with `sync_replicas`, see [`replicas`].
 //! - **Failovers**: releases of the last lease are sent again to a slot's
 //!   new master, and this client's waiters on their keys try again (see
-//!   [`failover`]).
+//!   [`failover`]). A release that failed unanswered (the cluster down for
+//!   a moment during a failover) is sent again the same way, on any slot.
 
 mod check;
 mod failover;
@@ -30,7 +31,9 @@ use std::time::Duration;
 
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, ConnectionAddr, ErrorKind, FromRedisValue, PushInfo, RedisError, Value};
+use redis::{
+    Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue, PushInfo, RedisError, Value,
+};
 use tokio::runtime::Handle;
 
 use super::evalsha::evalsha;
@@ -39,7 +42,7 @@ use super::replay::ReplayLog;
 use super::{Lane, Notices, Route, ScriptCall};
 use crate::io::polled_on;
 use crate::replica_sync::ReplicaSync;
-use failover::{follow_masters, LastMap, OnPush};
+use failover::{follow_masters, LastMap, Masters, OnPush, Shared, Unsent};
 use pubsub::ShardedSubscriptions;
 use replicas::MasterPools;
 
@@ -61,6 +64,9 @@ pub(crate) struct ClusterBackend {
     synced: Option<Arc<MasterPools>>,
     /// The releases of the last lease, sent again to a slot's new master.
     replay: Arc<ReplayLog>,
+    /// The slots of releases that failed unanswered, whose releases the
+    /// follower sends again.
+    unsent: Arc<Unsent>,
     /// The slot map read last, to name a failed key's master.
     last_map: Arc<LastMap>,
     client_id: Arc<str>,
@@ -107,32 +113,29 @@ impl ClusterBackend {
         let on_push: OnPush = Arc::new(on_push);
         let push = on_push.clone();
         let subscriptions = ShardedSubscriptions::start(urls, config, move |info| push(info))?;
-        let synced = match (sync, urls.first()) {
-            (Some(sync), Some(seed)) => {
-                let base = config.tls.client(seed)?.get_connection_info().clone();
-                let timeouts = (config.connect_timeout, config.command_timeout);
-                Some(Arc::new(MasterPools::new(sync, base, timeouts)))
-            }
-            _ => None,
-        };
+        let base = seed_info(urls, config)?;
+        let timeouts = (config.connect_timeout, config.command_timeout);
+        let synced = sync.map(|sync| Arc::new(MasterPools::new(sync, base.clone(), timeouts)));
         let replay = Arc::new(ReplayLog::new());
-        let seed_host = urls
-            .first()
-            .and_then(|url| config.tls.client(url).ok())
-            .map(|client| match client.get_connection_info().addr() {
-                ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => host.clone(),
-                _ => String::new(),
-            })
-            .unwrap_or_default();
         let last_map = Arc::new(LastMap::default());
-        let maps = (Arc::downgrade(&replay), last_map.clone());
-        let follow = follow_masters(maps, commands.clone(), seed_host, on_push);
-        tokio::spawn(follow);
+        let unsent = Arc::new(Unsent::default());
+        let seed_host = match base.addr() {
+            ConnectionAddr::Tcp(host, _) | ConnectionAddr::TcpTls { host, .. } => host.clone(),
+            _ => String::new(),
+        };
+        let shared = Shared {
+            log: Arc::downgrade(&replay),
+            last: last_map.clone(),
+            unsent: unsent.clone(),
+            masters: Masters::new(base, timeouts),
+        };
+        tokio::spawn(follow_masters(shared, commands.clone(), seed_host, on_push));
         Ok(ClusterBackend {
             commands,
             subscriptions,
             synced,
             replay,
+            unsent,
             last_map,
             client_id,
             home: Handle::current(),
@@ -165,6 +168,59 @@ impl ClusterBackend {
     pub(crate) async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
         polled_on(&self.home, self.subscriptions.unsubscribe(key)).await
     }
+}
+
+impl ClusterBackend {
+    /// After a script call that failed with `error` if any: a release (of
+    /// the key `released`) that was not answered (see [`unanswered`]) is
+    /// owed, and the follower sends it again (with the other releases of
+    /// its slot) until it lands.
+    fn owe_if_unanswered(&self, released: Option<&str>, error: Option<&RedisError>) {
+        if let (Some(key), Some(error)) = (released, error) {
+            if unanswered(error) {
+                self.unsent.mark(slot_of(key.as_bytes()));
+            }
+        }
+    }
+}
+
+/// Whether a request that failed with `error` may not have run, or ran
+/// and its answer was lost: the cluster refused it for now (a slot's master
+/// changing, a node loading or read-only), or the connection failed or
+/// timed out. A script's own error (a foreign value at the key, an ACL
+/// refusal) is an answer.
+fn unanswered(error: &RedisError) -> bool {
+    error.is_io_error()
+        || error.is_timeout()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal()
+        || error.kind() == ErrorKind::ClusterConnectionNotFound
+        || matches!(
+            error.code(),
+            Some(
+                "MOVED"
+                    | "ASK"
+                    | "TRYAGAIN"
+                    | "CLUSTERDOWN"
+                    | "LOADING"
+                    | "MASTERDOWN"
+                    | "READONLY"
+                    | "BUSY"
+                    | "NOSCRIPT"
+            )
+        )
+}
+
+/// The first seed's connection settings (credentials, TLS), which the
+/// client's own connections to one node take, with that node's address.
+fn seed_info(urls: &[String], config: &RedisConfig) -> Result<ConnectionInfo, RedisError> {
+    let seed = urls.first().ok_or_else(|| {
+        RedisError::from((
+            ErrorKind::InvalidClientConfig,
+            "no Redis Cluster node given",
+        ))
+    })?;
+    Ok(config.tls.client(seed)?.get_connection_info().clone())
 }
 
 /// [`ClusterBackend::failed_node`] for a key of hash slot `slot`, whose
@@ -201,7 +257,10 @@ impl Route for ClusterBackend {
             self.replay.record(call, lease);
         }
         let mut con = self.commands.clone();
-        polled_on(&self.home, evalsha(call.script, &call.cmd, &mut con)).await
+        let answer = polled_on(&self.home, evalsha(call.script, &call.cmd, &mut con)).await;
+        let released = call.replay.map(|_| call.key);
+        self.owe_if_unanswered(released, answer.as_ref().err());
+        answer
     }
 
     fn sync(&self) -> Option<ReplicaSync> {
@@ -221,9 +280,12 @@ impl Route for ClusterBackend {
             self.replay.record(&call, lease);
         }
         let routed = (call.script, call.key);
-        synced
+        let answer = synced
             .run(&self.home, &self.commands, routed, (call.cmd, undo))
-            .await
+            .await;
+        let released = call.replay.map(|_| call.key);
+        self.owe_if_unanswered(released, answer.as_ref().err());
+        answer
     }
 
     fn batches(&self, keys: &[&str]) -> Vec<Vec<usize>> {

@@ -1,15 +1,13 @@
 //! Redis Cluster's slots: the master of each slot range as one node sees
 //! it, read with `CLUSTER SLOTS` (a replica answers it too); the slot of a
-//! key; a script loaded on one slot's master; a client for one node.
+//! key; a client for one node.
 
 use std::sync::Arc;
 
-use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-use redis::{
-    Client, Cmd, ConnectionAddr, ConnectionInfo, Pipeline, RedisError, RedisFuture, Script, Value,
-};
+use redis::{Client, ConnectionAddr, ConnectionInfo, RedisError, Value};
 
 /// How many slots Redis Cluster has.
 const SLOTS: u16 = 16384;
@@ -144,59 +142,6 @@ pub(crate) async fn read_through(
         .route_command(cmd, RoutingInfo::SingleNode(master))
         .await?;
     Ok(SlotMap::parse(answer, seed_host))
-}
-
-/// Loads `script` on the master of `slot` (as the client's cluster
-/// connection knows it) only. redis-rs sends `SCRIPT LOAD` to every node
-/// of the cluster, replicas too, and fails it when one does not answer:
-/// a frozen or dead node elsewhere would fail the load for this slot.
-pub(crate) async fn load_on_master(
-    commands: &ClusterConnection,
-    script: &Script,
-    slot: u16,
-) -> Result<(), RedisError> {
-    let mut master = SlotMaster {
-        commands: commands.clone(),
-        slot,
-    };
-    script.load_async(&mut master).await.map(drop)
-}
-
-/// The client's cluster connection, every command sent to the master of
-/// one slot.
-struct SlotMaster {
-    commands: ClusterConnection,
-    slot: u16,
-}
-
-impl SlotMaster {
-    fn route(&self) -> SingleNodeRoutingInfo {
-        SingleNodeRoutingInfo::SpecificNode(Route::new(self.slot, SlotAddr::Master))
-    }
-}
-
-impl ConnectionLike for SlotMaster {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        let route = RoutingInfo::SingleNode(self.route());
-        Box::pin(self.commands.route_command(cmd.clone(), route))
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        let route = self.route();
-        Box::pin(
-            self.commands
-                .route_pipeline(pipeline.clone(), offset, count, route),
-        )
-    }
-
-    fn get_db(&self) -> i64 {
-        0
-    }
 }
 
 /// A client for the cluster node `node` (`host:port`) with `base`'s

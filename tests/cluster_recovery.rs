@@ -3,7 +3,10 @@
 //! took over, with and without `sync_replicas`, and a release that the
 //! cluster refused while it was down does not leave its key taken until
 //! the lease ends, nor does sending again the releases of a dead master's
-//! slots stop the client.
+//! slots stop the client. A call follows the failover within its wait; one
+//! whose wait ends first says that the slot's master is changing (never a
+//! redirect's raw text), and a call over two keys names the node that
+//! failed.
 //!
 //! The load is the transfer service: 16 tasks on 48 keys
 //! (`account:<n>`), each looping short locked calls with a bounded wait,
@@ -307,9 +310,24 @@ async fn recovery(
     (served.map(|at| at - named), errors)
 }
 
+/// The raw text of a cluster's redirect or refusal, which no error's
+/// message shows.
+const RAW: [&str; 4] = ["MOVED ", "ASK ", "CLUSTERDOWN", "TRYAGAIN"];
+
 /// Fails with the errors the load met when `recovered` is not within
-/// `bound`.
+/// `bound`, or when an error shows a cluster's raw answer.
 fn assert_recovered(recovered: Option<Duration>, bound: Duration, errors: &[LockError]) {
+    let raw: Vec<String> = errors
+        .iter()
+        .map(ToString::to_string)
+        .filter(|text| RAW.iter().any(|raw| text.contains(raw)))
+        .collect();
+    assert!(
+        raw.is_empty(),
+        "{} errors show the cluster's raw answer, the first: {:?}",
+        raw.len(),
+        raw.first()
+    );
     if recovered.is_some_and(|took| took <= bound) {
         return;
     }
@@ -365,18 +383,16 @@ async fn a_release_refused_while_the_cluster_is_down_frees_its_key_after_the_fai
     let mut cluster = RedisCluster::start();
     let holder_client = client(&cluster, LockClient::builder()).await;
     let other = client(&cluster, LockClient::builder()).await;
-    // A key on one master; another master dies, and its replica is frozen
-    // so that the cluster stays down (`CLUSTERDOWN` on every slot) while
-    // the key is released.
+    // A key on one master; another master dies, and its replica may not
+    // take over, so that the cluster stays down (`CLUSTERDOWN` on every
+    // slot) while the key is released.
     let key = "held:1";
     let kept_on = cluster.master_of(&format!("lock:{key}"));
     let dying = (0..cluster.nodes.len())
         .find(|&i| i != kept_on && cluster.is_master(i))
         .expect("another master");
-    let replica = cluster.replica_of(dying);
     let holder = Holder::start(&holder_client, key, LockOptions::new()).await;
-    let frozen = cluster.pause(replica);
-    cluster.kill(dying);
+    let replica = kill_without_failover(&mut cluster, dying);
     cluster_state(&cluster, kept_on, "fail").await;
     match holder.release().await {
         Err(LockError::Lost {
@@ -386,8 +402,8 @@ async fn a_release_refused_while_the_cluster_is_down_frees_its_key_after_the_fai
         other => panic!("the release reached a cluster that is down: {other:?}"),
     }
 
-    // The replica wakes up and takes over: the cluster serves every slot.
-    frozen.resume();
+    // The replica takes over: the cluster serves every slot.
+    allow_failover(&cluster, replica);
     cluster_state(&cluster, kept_on, "ok").await;
     let up = Instant::now();
     // The holder's client sends its release again: the key is free far
@@ -491,4 +507,145 @@ async fn sending_again_many_releases_after_a_failover_leaves_the_client_working(
         .run_locked(&replayed[0], options, body)
         .await
         .expect("a key of the new master");
+}
+
+/// Sets `name` to `value` on node `i` (`CONFIG SET`).
+fn config_set(cluster: &RedisCluster, i: usize, (name, value): (&str, &str)) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(name)
+        .arg(value)
+        .query(&mut cluster.connection(i))
+        .expect("CONFIG SET");
+}
+
+/// Kills master `dying` while its replica may not take over (it is told
+/// `cluster-replica-no-failover`): the replica's index, for
+/// [`allow_failover`].
+fn kill_without_failover(cluster: &mut RedisCluster, dying: usize) -> usize {
+    let replica = cluster.replica_of(dying);
+    config_set(cluster, replica, ("cluster-replica-no-failover", "yes"));
+    cluster.kill(dying);
+    replica
+}
+
+/// Lets `replica` take over its dead master.
+fn allow_failover(cluster: &RedisCluster, replica: usize) {
+    config_set(cluster, replica, ("cluster-replica-no-failover", "no"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_follows_a_failover_within_its_wait_and_says_when_it_ends_first() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RedisCluster::start();
+    let client = client(&cluster, LockClient::builder()).await;
+    let dying = cluster.master_of(&format!("lock:{}", key(0)));
+    let live = (0..cluster.nodes.len())
+        .find(|&i| i != dying && cluster.is_master(i))
+        .expect("another master");
+    let key = keys_on(&cluster, live, "through:", 1).remove(0);
+    let replica = kill_without_failover(&mut cluster, dying);
+    cluster_state(&cluster, live, "fail").await;
+
+    // A wait that ends while the cluster is down: a retryable error that
+    // says the slot's master is changing.
+    let started = Instant::now();
+    let options = LockOptions::new().wait(Duration::from_secs(1));
+    let body = async { Ok::<_, LockError>(()) };
+    let error = client
+        .run_locked(&key, options, body)
+        .await
+        .expect_err("the cluster is down");
+    let text = error.to_string();
+    assert!(
+        matches!(error, LockError::Backend { .. }) && error.is_retryable(),
+        "{error:?}"
+    );
+    assert!(
+        text.contains("master") && text.contains("is changing"),
+        "{text}"
+    );
+    assert!(!RAW.iter().any(|raw| text.contains(raw)), "{text}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "it did not wait: {:?}",
+        started.elapsed()
+    );
+
+    // A longer wait outlasts the failover: the call takes the key.
+    let call = {
+        let (client, key) = (client.clone(), key.clone());
+        tokio::spawn(async move {
+            let options = LockOptions::new().wait(Duration::from_secs(20));
+            let body = async { Ok::<_, LockError>(Instant::now()) };
+            client.run_locked(&key, options, body).await
+        })
+    };
+    // Still waiting well after redis-rs's own retries gave up.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(!call.is_finished(), "{:?}", call.await);
+    let allowed = Instant::now();
+    allow_failover(&cluster, replica);
+    let taken = call
+        .await
+        .expect("call task")
+        .expect("taken after the failover");
+    eprintln!(
+        "the key was taken {:?} after the replica could take over",
+        taken - allowed
+    );
+}
+
+/// A key on master `on` whose hash slot is below `slot`.
+fn key_below(cluster: &RedisCluster, on: usize, slot: u16) -> String {
+    (0..2000)
+        .map(|i| format!("below:{i}"))
+        .find(|k| {
+            let lock_key = format!("lock:{k}");
+            cluster.master_of(&lock_key) == on && slot_of(cluster, &lock_key) < slot
+        })
+        .expect("a key below the slot")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_over_two_keys_names_the_node_that_failed() {
+    let _serial = SERIAL.lock().await;
+    let mut cluster = RedisCluster::start();
+    // The live masters go on serving their slots while one is dead.
+    for i in 0..cluster.nodes.len() {
+        config_set(&cluster, i, ("cluster-require-full-coverage", "no"));
+    }
+    let client = client(&cluster, LockClient::builder()).await;
+    // A transfer from a live master's key to a key of the master that
+    // dies, the live one first in slot order (as the call takes them).
+    let to = key(0);
+    let dying = cluster.master_of(&format!("lock:{to}"));
+    let live = (0..cluster.nodes.len())
+        .find(|&i| i != dying && cluster.is_master(i))
+        .expect("another master");
+    let from = key_below(&cluster, live, slot_of(&cluster, &format!("lock:{to}")));
+    let dead = format!("127.0.0.1:{}", cluster.nodes[dying].port());
+    let healthy = format!("127.0.0.1:{}", cluster.nodes[live].port());
+    kill_without_failover(&mut cluster, dying);
+    for _ in 0..3 {
+        let options = LockOptions::new().wait(Duration::ZERO);
+        let body = async { Ok::<_, LockError>(()) };
+        let error = client
+            .run_locked_all([&from, &to], options, body)
+            .await
+            .expect_err("a key's master is dead");
+        let shown = error.to_string();
+        eprintln!("{shown}");
+        match &error {
+            LockError::Backend { node, .. } => assert!(
+                node.starts_with(&dead),
+                "the error names {node}, not the dead master {dead}: {shown}"
+            ),
+            other => panic!("not a backend error: {other:?}"),
+        }
+        assert!(!shown.contains(&healthy), "{shown}");
+        let failed = format!("lock:{to}");
+        assert_eq!(error.key(), Some(failed.as_str()), "{shown}");
+        assert!(!RAW.iter().any(|raw| shown.contains(raw)), "{shown}");
+    }
 }

@@ -63,11 +63,15 @@ pub enum LockError {
 
     /// The backend failed (connection refused, timeout, server error) while
     /// acquiring, releasing or inspecting the lock. The message names the
-    /// node and the cause (`NOPERM`, `WRONGPASS`, `READONLY`, `MOVED`,
-    /// connection refused, ...), never a credential, and what to do when
-    /// the cause says (`NOAUTH`: where the password goes; a TLS certificate
-    /// refused: which builder option gives it); [`source`] is the
-    /// [`redis::RedisError`] itself.
+    /// node and the cause (`NOPERM`, `WRONGPASS`, `READONLY`, connection
+    /// refused, ...), never a credential, and what to do when the cause
+    /// says (`NOAUTH`: where the password goes; a TLS certificate refused:
+    /// which builder option gives it); [`source`] is the
+    /// [`redis::RedisError`] itself. On Redis Cluster, a slot whose master
+    /// is changing (a failover, a slot migration: `MOVED`, `ASK`,
+    /// `TRYAGAIN`, `CLUSTERDOWN`) is followed within the call's `wait`; when
+    /// the wait ends first, the message says that the slot's master is
+    /// changing (not the redirect's raw text), and the error is retryable.
     ///
     /// From a locked call whose body returned, it is the release's: Redis
     /// refused it with an error that retrying does not cure (`NOPERM` from
@@ -544,7 +548,17 @@ struct CauseOnly<'a>(&'a redis::RedisError);
 
 impl std::fmt::Display for CauseOnly<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const CHANGING: &str = "is changing (a failover or a slot migration is in progress, \
+                                or the cluster is down): the call may be made again";
         match (self.0.code(), self.0.detail()) {
+            // Redis Cluster: said plainly, not as the redirect's raw text
+            // (which may name a master that died); the answer itself is
+            // the error's source.
+            (Some("MOVED" | "ASK"), _) => match self.0.redirect_node() {
+                Some((_, slot)) => write!(f, "the master of hash slot {slot} {CHANGING}"),
+                None => write!(f, "the slot's master {CHANGING}"),
+            },
+            (Some("TRYAGAIN" | "CLUSTERDOWN"), _) => write!(f, "the slot's master {CHANGING}"),
             (Some(code), Some(detail)) => write!(f, "{code} {detail}"),
             _ => self.0.fmt(f),
         }

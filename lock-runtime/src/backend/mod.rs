@@ -34,6 +34,8 @@ mod registry;
 
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 #[cfg(feature = "embedded")]
 use crate::embedded::EmbeddedBackend;
 use crate::error::LockError;
@@ -129,33 +131,59 @@ impl Backend {
     }
 }
 
+/// A request over several keys that failed: the error, and the index of
+/// the key whose request failed, where the deployment tells (on Cluster,
+/// a key of the slot that failed).
+pub(crate) struct FailedOn {
+    pub error: BackendError,
+    pub key: Option<usize>,
+}
+
 /// A lock call's operations.
 impl Backend {
-    /// Takes `key` for `owner` (one acquisition) as `claim` asks.
+    /// Takes `key` for `owner` (one acquisition) as `claim` asks. On
+    /// Cluster, a slot's master that is changing is followed until `until`
+    /// (the call's wait: see `route::cluster::Following`).
     pub(crate) async fn acquire(
         &self,
         lane: &Lane,
         key: &str,
         owner: &str,
-        claim: Claim,
+        (claim, until): (Claim, Instant),
     ) -> Result<Acquire, BackendError> {
+        if let Backend::Cluster(cluster) = self {
+            let route = cluster.following(until);
+            return Ok(scripted::acquire(&route, lane, key, owner, claim).await?);
+        }
         on_route!(self,
             route => Ok(scripted::acquire(route, lane, key, owner, claim).await?),
             nodes => polled_on(nodes.home(), quorum::acquire(nodes, key, owner, claim)).await)
     }
 
     /// Takes every key of `keys` (no key twice; key `i` for `owners[i]`,
-    /// one acquisition each) at once, all or nothing, as `claim` asks.
+    /// one acquisition each) at once, all or nothing, as `claim` asks. On
+    /// Cluster, a slot's master that is changing is followed until `until`
+    /// (the call's wait), and a failure names the key whose slot failed.
     pub(crate) async fn acquire_all(
         &self,
         lane: &Lane,
-        keys: &[&str],
-        owners: &[&str],
-        claim: Claim,
-    ) -> Result<Several, BackendError> {
-        on_route!(self,
-            route => Ok(several::acquire(route, lane, keys, owners, claim).await?),
-            nodes => polled_on(nodes.home(), quorum_several::acquire_all(nodes, keys, owners, claim)).await)
+        (keys, owners): (&[&str], &[&str]),
+        (claim, until): (Claim, Instant),
+    ) -> Result<Several, FailedOn> {
+        if let Backend::Cluster(cluster) = self {
+            let route = cluster.following(until);
+            let taken = several::acquire(&route, lane, keys, owners, claim).await;
+            return taken.map_err(|error| FailedOn {
+                error: error.into(),
+                key: route
+                    .failed_key()
+                    .and_then(|failed| keys.iter().position(|key| **key == failed)),
+            });
+        }
+        let taken: Result<Several, BackendError> = on_route!(self,
+            route => several::acquire(route, lane, keys, owners, claim).await.map_err(Into::into),
+            nodes => polled_on(nodes.home(), quorum_several::acquire_all(nodes, keys, owners, claim)).await);
+        taken.map_err(|error| FailedOn { error, key: None })
     }
 
     /// Frees the lock if `owner` (one acquisition of `kind`, of lease

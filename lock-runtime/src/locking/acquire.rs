@@ -124,7 +124,7 @@ async fn take(
     let mut queued = false;
     if wait.is_zero() || !inner.waiters.is_waited(&key) || claim.kind == Kind::Fair {
         *attempts += 1;
-        match attempt(client, &lane, &key, &owner_id, claim).await {
+        match attempt(client, &lane, &key, &owner_id, (claim, start + wait)).await {
             Ok(refused @ (Acquire::Held(_) | Acquire::Queued { .. })) if wait.is_zero() => {
                 telemetry::waiting(refused.holder_ttl(), *attempts);
                 if matches!(refused, Acquire::Queued { .. }) {
@@ -280,7 +280,8 @@ impl Line<'_> {
                     others_wait: ticket.others_wait(),
                     ..self.claim
                 };
-                let answer = attempt(self.client, self.lane, self.key, self.owner, claim);
+                let claimed = (claim, deadline);
+                let answer = attempt(self.client, self.lane, self.key, self.owner, claimed);
                 match answer.await {
                     Ok(refused @ (Acquire::Held(ttl) | Acquire::Queued { ttl, .. })) => {
                         // Only a refusal that kept a place needs a
@@ -424,17 +425,19 @@ fn give_back_later(client: &LockClient, lane: &Lane, key: &str, owner: &OwnerId,
     });
 }
 
-/// One acquire request. If the call is dropped while the request is in
-/// flight, or the request fails with its outcome unknown (a timeout, a
-/// dropped connection), it may still take the lock in the backend: a release
-/// of this acquisition follows it on the same connection (the same lane),
-/// so the lock is not left to its lease.
+/// One acquire request, for a call whose wait ends at `until` (on Cluster
+/// the request follows a slot's master that is changing until then). If
+/// the call is dropped while the request is in flight, or the request
+/// fails with its outcome unknown (a timeout, a dropped connection), it may
+/// still take the lock in the backend: a release of this acquisition
+/// follows it on the same connection (the same lane), so the lock is not
+/// left to its lease.
 async fn attempt(
     client: &LockClient,
     lane: &Lane,
     key: &str,
     owner: &OwnerId,
-    claim: Claim,
+    (claim, until): (Claim, Instant),
 ) -> Result<Acquire, BackendError> {
     struct InFlight<'a> {
         client: &'a LockClient,
@@ -459,7 +462,11 @@ async fn attempt(
         claim,
         done: false,
     };
-    let outcome = client.inner.backend.acquire(lane, key, owner, claim).await;
+    let outcome = client
+        .inner
+        .backend
+        .acquire(lane, key, owner, (claim, until))
+        .await;
     in_flight.done = !matches!(&outcome, Err(error) if error.outcome_unknown());
     outcome
 }

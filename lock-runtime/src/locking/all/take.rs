@@ -9,12 +9,13 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::super::acquire::timed_out;
+use crate::backend::FailedOn;
 use crate::client::LockClient;
 use crate::error::LockError;
 use crate::kind::several::Several;
 use crate::kind::{kind_mismatch, Claim};
 use crate::owner_id::OwnerId;
-use crate::route::{BackendError, Lane};
+use crate::route::Lane;
 use crate::telemetry;
 use crate::wakeup::Ticket;
 
@@ -127,7 +128,8 @@ impl Set<'_> {
                     if let Some((_, ticket)) = &line {
                         ticket.asking();
                     }
-                    let (index, ttl) = match self.ask(&key_refs, &owner_refs, sent).await? {
+                    let asked = self.ask((&key_refs, &owner_refs), sent, deadline).await?;
+                    let (index, ttl) = match asked {
                         Asked::Granted(granted) => return Ok(granted),
                         Asked::Refused { index, ttl } => (index, ttl),
                     };
@@ -174,8 +176,15 @@ impl Set<'_> {
         }
     }
 
-    /// One request for the whole set, sent at `sent`.
-    async fn ask(&self, keys: &[&str], owners: &[&str], sent: Instant) -> Result<Asked, LockError> {
+    /// One request for the whole set, sent at `sent`, for a call whose
+    /// wait ends at `until` (on Cluster the request follows a slot's
+    /// master that is changing until then).
+    async fn ask(
+        &self,
+        keys_owners: (&[&str], &[&str]),
+        sent: Instant,
+        until: Instant,
+    ) -> Result<Asked, LockError> {
         let mut in_flight = InFlight {
             set: self,
             armed: true,
@@ -184,7 +193,7 @@ impl Set<'_> {
             .client
             .inner
             .backend
-            .acquire_all(self.lane, keys, owners, self.claim)
+            .acquire_all(self.lane, keys_owners, (self.claim, until))
             .await;
         // Any error may leave keys held: on Cluster the groups taken before
         // a refusing or failing one are given back in the request, and a
@@ -207,16 +216,22 @@ impl Set<'_> {
         timed_out(self.client, self.keys[index].clone(), waited)
     }
 
-    /// The caller's error for a failed request, on the key the server's
-    /// error names (else the first).
-    fn failed(&self, source: BackendError) -> LockError {
+    /// The caller's error for a failed request, on the key whose request
+    /// failed where the deployment tells (on Cluster, a key of the slot
+    /// that failed), else the key the server's error names (else the
+    /// first).
+    fn failed(&self, failure: FailedOn) -> LockError {
         let inner = &self.client.inner;
+        let FailedOn { error: source, key } = failure;
         let text = source.to_string();
-        let key = self
-            .keys
-            .iter()
-            .find(|key| text.contains(key.as_str()))
-            .unwrap_or(&self.keys[0]);
+        let key = match key.and_then(|i| self.keys.get(i)) {
+            Some(key) => key,
+            None => self
+                .keys
+                .iter()
+                .find(|key| text.contains(key.as_str()))
+                .unwrap_or(&self.keys[0]),
+        };
         kind_mismatch(&source, key, self.claim.kind)
             .unwrap_or_else(|| inner.backend.error_on_key(source, key, &inner.tag.place))
     }

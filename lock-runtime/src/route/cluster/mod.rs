@@ -13,6 +13,10 @@
 //!   the same lease.
 //! - **Batches** are one hash slot each (a script cannot touch two slots).
 //! - **Replicas**: with `sync_replicas`, see [`replicas`].
+//! - **A slot's master changing** (`MOVED`, `ASK`, `TRYAGAIN`,
+//!   `CLUSTERDOWN` after those retries, a dead master's refused
+//!   connections): a call that takes keys sends its request again until
+//!   its wait ends (see [`follow`]).
 //! - **Failovers**: releases of the last lease are sent again to a slot's
 //!   new master, and this client's waiters on their keys try again (see
 //!   [`failover`]). A release that failed unanswered (the cluster down for
@@ -20,10 +24,12 @@
 
 mod check;
 mod failover;
+mod follow;
 mod pubsub;
 mod replicas;
 mod slots;
 
+pub(crate) use follow::Following;
 pub(crate) use slots::slot_of;
 
 use std::sync::Arc;
@@ -157,6 +163,12 @@ impl ClusterBackend {
     pub(crate) fn failed_node(&self, key: &str, error: &RedisError, place: &str) -> String {
         let slot = slot_of(key.as_bytes());
         failed_node(error, (slot, || self.last_map.master_of(slot)), place)
+    }
+
+    /// This route for one call that takes keys until `until`, the end of
+    /// its wait: see [`Following`].
+    pub(crate) fn following(&self, until: tokio::time::Instant) -> Following<'_> {
+        Following::new(self, until)
     }
 
     /// Makes sure a release of `key` reaches this client: `SSUBSCRIBE` on
@@ -329,6 +341,39 @@ mod tests {
     fn server_error(text: &[u8]) -> RedisError {
         let value = redis::parse_redis_value(text).expect("a server error");
         value.extract_error().expect_err("an error")
+    }
+
+    #[test]
+    fn a_slot_whose_master_is_changing_is_said_so_not_as_the_raw_redirect() {
+        let error = |source| crate::LockError::Backend {
+            key: "lock:order:7".into(),
+            node: "10.0.0.2:7002 (the master of hash slot 6332 when last read)".into(),
+            source,
+        };
+        let moved = error(server_error(b"-MOVED 6332 10.0.0.2:7002\r\n"));
+        let text = moved.to_string();
+        assert!(
+            text.contains("the master of hash slot 6332 is changing"),
+            "{text}"
+        );
+        assert!(!text.contains("MOVED"), "{text}");
+        assert!(moved.is_retryable());
+        for answer in [
+            &b"-CLUSTERDOWN The cluster is down\r\n"[..],
+            b"-TRYAGAIN Multiple keys request during rehashing of slot\r\n",
+            b"-ASK 6332 10.0.0.3:7003\r\n",
+        ] {
+            let failed = error(server_error(answer));
+            let text = failed.to_string();
+            assert!(text.contains("is changing"), "{text}");
+            assert!(
+                !["CLUSTERDOWN", "TRYAGAIN", "ASK "]
+                    .iter()
+                    .any(|raw| text.contains(raw)),
+                "{text}"
+            );
+            assert!(failed.is_retryable(), "{text}");
+        }
     }
 
     #[test]

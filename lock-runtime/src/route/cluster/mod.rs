@@ -345,7 +345,7 @@ mod tests {
 
     #[test]
     fn a_slot_whose_master_is_changing_is_said_so_not_as_the_raw_redirect() {
-        let error = |source| crate::LockError::Backend {
+        let error = |source| crate::error::LockError::Backend {
             key: "lock:order:7".into(),
             node: "10.0.0.2:7002 (the master of hash slot 6332 when last read)".into(),
             source,

@@ -25,6 +25,14 @@
 //! `LOCK_DIFF_VERBOSE=1` also prints each step near a boundary that left
 //! the keyspaces apart. A difference fails the test with the seed, the
 //! step, the call, both answers and both keyspaces at its keys.
+//!
+//! A second test sends fixed sequences of commands to both (`SEQUENCES`):
+//! numbers Redis reads one way and Rust's `parse` another, the options of
+//! Redis 7 the embedded keyspace carries, and scripts that try to change
+//! the globals or the libraries, each followed by one that uses them; every
+//! answer must be the same (a TTL within 250 ms). On Redis 6.2, which
+//! answers several of them otherwise, it is skipped: the embedded backend
+//! answers as Redis 7.
 mod support;
 
 use std::collections::{BTreeMap, HashMap};
@@ -1042,4 +1050,286 @@ fn the_embedded_executor_answers_every_script_call_as_redis_server_does() {
     );
     println!("compared answers: {:?}", f.answers);
     assert_eq!(f.compared + f.near, f.steps);
+}
+
+/// A script that uses what a lock script uses of the globals and the
+/// libraries: it answers the same whatever ran before it.
+const CHECK: &[&str] = &[
+    "EVAL",
+    "return {redis.call('set', KEYS[1], ARGV[1]), string.match(ARGV[1], '^(%d)'), \
+     ('x'):rep(2), tonumber('7'), math.floor(1.5), type(table.sort)}",
+    "1",
+    "k",
+    "42",
+];
+
+/// Fixed sequences of commands, each from an empty keyspace: the arguments
+/// Redis reads one way and Rust's `parse` another, the options of Redis 7
+/// (`SET … GET`, `EXAT`, `PXAT`; `PEXPIRE … NX | XX | GT | LT`), and
+/// scripts that try to change the globals or the libraries, each followed
+/// by one that uses them. In an argument, `@ms+N` (or `@ms-N`) is the
+/// server's time at the sequence's start plus (minus) N ms, `@s+N` the same
+/// in seconds.
+const SEQUENCES: &[(&str, &[&[&str]])] = &[
+    (
+        "integers, as string2ll reads them",
+        &[
+            &["SET", "c", "10"],
+            &["INCRBY", "c", "+5"],
+            &["INCRBY", "c", "05"],
+            &["INCRBY", "c", "00"],
+            &["INCRBY", "c", "-0"],
+            &["INCRBY", "c", " 5"],
+            &["INCRBY", "c", "5 "],
+            &["INCRBY", "c", ""],
+            &["INCRBY", "c", "-"],
+            &["INCRBY", "c", "1e3"],
+            &["INCRBY", "c", "9223372036854775808"],
+            &["INCRBY", "c", "000000000000000000001"],
+            &["INCRBY", "c", "0"],
+            &["INCRBY", "c", "-5"],
+            &["INCRBY", "c", "-9223372036854775808"],
+            &["GET", "c"],
+            &["SET", "z", "05"],
+            &["INCRBY", "z", "1"],
+            &["SET", "z", "-0"],
+            &["INCRBY", "z", "1"],
+            &["SET", "m", "9223372036854775807"],
+            &["INCRBY", "m", "1"],
+            &["HSET", "h", "f", "05"],
+            &["HINCRBY", "h", "f", "1"],
+            &["HINCRBY", "h", "g", "+1"],
+            &["HINCRBY", "h", "g", "2"],
+            &["SET", "k", "v", "PX", "010"],
+            &["SET", "k", "v", "PX", "+10"],
+            &["SET", "k", "v", "EX", "-0"],
+            &["SET", "k", "v"],
+            &["PEXPIRE", "k", "010"],
+            &["PEXPIREAT", "k", "+1"],
+            &["PTTL", "k"],
+            &["EVAL", "return #KEYS", "00"],
+            &["EVAL", "return #KEYS", "+0"],
+            &["EVAL", "return #KEYS", "-1"],
+            &["EVAL", "return #KEYS", "2", "a"],
+            &["EVAL", "return #KEYS", "1", "a"],
+        ],
+    ),
+    (
+        "SET's options",
+        &[
+            &["SET", "k", "v", "GET"],
+            &["SET", "k", "w", "get"],
+            &["SET", "k", "x", "NX", "GET"],
+            &["GET", "k"],
+            &["SET", "n", "v", "XX", "GET"],
+            &["EXISTS", "n"],
+            &["SET", "k", "y", "XX", "GET"],
+            &["SET", "k", "z", "GET", "GET"],
+            &["HSET", "h", "f", "v"],
+            &["SET", "h", "v", "GET"],
+            &["TYPE", "h"],
+            &["SET", "k", "v", "PXAT", "@ms+5000"],
+            &["PTTL", "k"],
+            &["SET", "k", "v", "EXAT", "@s+10"],
+            &["PTTL", "k"],
+            &["SET", "k", "w", "KEEPTTL", "GET"],
+            &["PTTL", "k"],
+            &["SET", "k", "v", "PX", "100", "PX", "5000"],
+            &["PTTL", "k"],
+            &["SET", "k", "v", "EX", "1", "ex", "8"],
+            &["PTTL", "k"],
+            &["SET", "k", "v", "PXAT", "@ms-1000"],
+            &["GET", "k"],
+            &["EXISTS", "k"],
+            &["SET", "k", "v", "PXAT", "0"],
+            &["SET", "k", "v", "EXAT", "-1"],
+            &["SET", "k", "v", "PX", "9223372036854775807"],
+            &["SET", "k", "v", "EX", "9223372036854775"],
+            &["SET", "k", "v", "PXAT", "9223372036854775807"],
+            &["PTTL", "k"],
+            &["SET", "k", "v", "PX", "5", "PXAT", "5"],
+            &["SET", "k", "v", "KEEPTTL", "PX", "5"],
+            &["SET", "k", "v", "PX", "5", "KEEPTTL"],
+            &["SET", "k", "v", "NX", "XX"],
+            &["SET", "k", "v", "PX"],
+            &["SET", "k", "v", "PX", "x", "FOO"],
+            &["SET", "k", "v", "PX", "x"],
+            &["SET", "k", "v", "FOO"],
+            &["SET", "k"],
+        ],
+    ),
+    (
+        "PEXPIRE's and PEXPIREAT's conditions",
+        &[
+            &["SET", "k", "v"],
+            &["PEXPIRE", "k", "5000", "NX"],
+            &["PEXPIRE", "k", "9000", "NX"],
+            &["PEXPIRE", "k", "1000", "GT"],
+            &["PEXPIRE", "k", "9000", "gt"],
+            &["PTTL", "k"],
+            &["PEXPIRE", "k", "9500", "LT"],
+            &["PEXPIRE", "k", "2000", "LT"],
+            &["PTTL", "k"],
+            &["PEXPIRE", "k", "3000", "XX", "GT"],
+            &["PTTL", "k"],
+            &["PEXPIREAT", "k", "@ms+4000", "XX"],
+            &["PTTL", "k"],
+            &["PEXPIREAT", "k", "@ms+1000", "NX"],
+            &["PEXPIRE", "k", "100", "gt", "gt"],
+            &["SET", "p", "v"],
+            &["PEXPIRE", "p", "100", "XX"],
+            &["PEXPIRE", "p", "100", "GT"],
+            &["PEXPIRE", "p", "100000", "LT"],
+            &["PTTL", "p"],
+            &["PEXPIRE", "p", "-1", "LT"],
+            &["EXISTS", "p"],
+            &["PEXPIRE", "none", "100", "NX"],
+            &["PEXPIRE", "k", "100", "FOO"],
+            &["PEXPIRE", "k", "x", "FOO"],
+            &["PEXPIRE", "k", "x", "NX"],
+            &["PEXPIRE", "k", "100", "NX", "XX"],
+            &["PEXPIRE", "k", "100", "NX", "GT"],
+            &["PEXPIRE", "k", "100", "GT", "LT"],
+            &["PEXPIRE", "k", "9223372036854775807"],
+            &["PEXPIREAT", "k", "9223372036854775807"],
+            &["PTTL", "k"],
+            &["PEXPIRE", "k"],
+        ],
+    ),
+    (
+        "scripts that would change what the next script sees",
+        &[
+            CHECK,
+            &["EVAL", "rawset(_G, 'redis', nil)", "0"],
+            CHECK,
+            &["EVAL", "redis = nil", "0"],
+            CHECK,
+            &["EVAL", "string.match = nil", "0"],
+            CHECK,
+            &["EVAL", "rawset(string, 'match', nil)", "0"],
+            CHECK,
+            &["EVAL", "redis.call = nil", "0"],
+            CHECK,
+            &["EVAL", "math.floor = nil", "0"],
+            CHECK,
+            &["EVAL", "table.insert(string, 1)", "0"],
+            CHECK,
+            &["EVAL", "setmetatable(_G, nil)", "0"],
+            CHECK,
+            &["EVAL", "getmetatable('').__index = nil", "0"],
+            CHECK,
+            &["EVAL", "loadstring('tonumber = nil')()", "0"],
+            CHECK,
+            &["EVAL", "KEYS = {}", "0"],
+            &["EVAL", "leaked = 1", "0"],
+            &["EVAL", "return leaked", "0"],
+            &["EVAL", "return type(print)", "0"],
+            &[
+                "EVAL",
+                "return {tostring(getmetatable(string)), type(getmetatable(_G)), \
+                 tostring(getmetatable('').__index == string)}",
+                "0",
+            ],
+            &[
+                "EVAL",
+                "local f, e = loadstring(string.dump(function() return 1 end)) \
+                 return {tostring(f), string.find(e, \"unexpected symbol near 'char%(27%)'\") ~= nil}",
+                "0",
+            ],
+            &[
+                "EVAL",
+                "ARGV[3] = 'x' setmetatable(ARGV, {__index = function() return 'leaked' end}) \
+                 return #ARGV",
+                "0",
+                "a",
+            ],
+            &["EVAL", "return {#ARGV, tostring(ARGV[5])}", "0", "a", "b"],
+        ],
+    ),
+];
+
+/// An answer as compared: a value, or an error's code and its text up to
+/// " script:" (where Redis, Valkey and the embedded backend each name the
+/// script their own way).
+fn compared(answer: redis::RedisResult<Value>) -> Result<Value, (String, String)> {
+    let error = |code: &str, detail: Option<&str>| {
+        let detail = detail.unwrap_or_default();
+        let detail = detail.split(" script:").next().unwrap_or_default();
+        Err((code.to_owned(), detail.to_owned()))
+    };
+    match answer {
+        Ok(Value::ServerError(e)) => error(e.code(), e.details()),
+        Ok(value) => Ok(value),
+        Err(e) => error(e.code().unwrap_or("?"), e.detail()),
+    }
+}
+
+/// `arg` with its time (`@ms±N`, `@s+N`) read at `now_ms`.
+fn at_time(arg: &str, now_ms: i64) -> String {
+    let shifted = |rest: &str, base: i64| match rest.split_at(1) {
+        ("+", n) => base + n.parse::<i64>().expect("a number"),
+        (_, n) => base - n.parse::<i64>().expect("a number"),
+    };
+    if let Some(rest) = arg.strip_prefix("@ms") {
+        shifted(rest, now_ms).to_string()
+    } else if let Some(rest) = arg.strip_prefix("@s") {
+        shifted(rest, now_ms / 1000).to_string()
+    } else {
+        arg.to_owned()
+    }
+}
+
+/// Whether the server answers as Redis 7 does (Redis 6.2 refuses `SET …
+/// NX GET` and `PEXPIRE`'s conditions, and words a few errors otherwise):
+/// the embedded backend answers as Redis 7.
+fn answers_as_redis_7(name: &str) -> bool {
+    let version = name.rsplit(' ').next().unwrap_or_default();
+    let major: u32 = version
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    name.starts_with("Valkey") || major >= 7
+}
+
+#[test]
+fn the_embedded_keyspace_answers_each_command_as_redis_server_does() {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    let name = server_name(&mut con);
+    if !answers_as_redis_7(&name) {
+        println!("{name}: skipped (the embedded backend answers as Redis 7)");
+        return;
+    }
+    let embedded = EmbeddedKeyspace::new();
+    let mut econ = embedded.connection();
+    let mut compared_answers = 0;
+    for (sequence, commands) in SEQUENCES {
+        let _: () = redis::cmd("FLUSHALL").query(&mut con).expect("FLUSHALL");
+        let _: () = redis::cmd("FLUSHALL").query(&mut econ).expect("FLUSHALL");
+        let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut con).expect("TIME");
+        let now_us = secs * 1_000_000 + micros;
+        embedded.set_time_us(u64::try_from(now_us).expect("a time after 1970"));
+        for command in *commands {
+            let mut cmd = redis::cmd(command[0]);
+            for arg in &command[1..] {
+                cmd.arg(at_time(arg, now_us / 1000));
+            }
+            let server_answer = compared(con.req_command(&cmd));
+            let embedded_answer = compared(econ.req_command(&cmd));
+            let same = match (&server_answer, &embedded_answer) {
+                // A TTL read a few ms apart on the two clocks.
+                (Ok(Value::Int(a)), Ok(Value::Int(b))) if command[0] == "PTTL" && *a >= 0 => {
+                    (a - b).abs() <= 250
+                }
+                (a, b) => a == b,
+            };
+            assert!(
+                same,
+                "{name}, {sequence}: {command:?}\n  server:   {server_answer:?}\n  embedded: {embedded_answer:?}"
+            );
+            compared_answers += 1;
+        }
+    }
+    println!("{name}: {compared_answers} answers compared, all the same");
 }

@@ -1,11 +1,14 @@
 //! The embedded backend's keyspace: strings, hashes and lists with
-//! expiries, and the Redis commands the lock kinds' scripts call (GET, SET
-//! with `PX`, `EX`, `NX`, `XX` and `KEEPTTL`, MGET, DEL, TYPE, PTTL, PEXPIRE,
-//! PEXPIREAT, HGET, HSET, HDEL, HGETALL, TIME, PUBLISH, SPUBLISH; INCRBY, HINCRBY and
-//! RPUSH for fenced writes), answered as Redis answers them,
-//! errors and `WRONGTYPE` included. A few more serve the test door (see
-//! `door.rs`): EXISTS, DBSIZE, KEYS, FLUSHALL, PING, INFO commandstats,
-//! CONFIG RESETSTAT.
+//! expiries, and the Redis commands the lock kinds' scripts call (GET; SET
+//! with `NX`, `XX`, `GET`, `EX`, `PX`, `EXAT`, `PXAT` and `KEEPTTL`; MGET,
+//! DEL, TYPE, PTTL; PEXPIRE and PEXPIREAT with `NX`, `XX`, `GT` and `LT`;
+//! HGET, HSET, HDEL, HGETALL, TIME, PUBLISH, SPUBLISH; INCRBY, HINCRBY and
+//! RPUSH for fenced writes), answered as Redis 7 answers them, errors and
+//! `WRONGTYPE` included, their arguments read as Redis reads them (see
+//! `args.rs`: no `+5` or `05` for a number). A few more serve the test door
+//! (see `door.rs`): EXISTS, DBSIZE, KEYS, FLUSHALL, PING, INFO
+//! commandstats, CONFIG RESETSTAT. [`keys_of`] says which arguments of each
+//! are keys, so that each runs on its keys' shard.
 //!
 //! Time is the caller's: each command runs at the `now` it is given (one
 //! reading for a whole script, as Redis does). A key past its expiry is
@@ -18,12 +21,12 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use redis::Value;
 
+use super::args::{integer, ExpireIf, SetOptions};
+
 /// A command's answer: a reply, or an error reply's text (`CODE message`).
 pub(super) type Reply = Result<Value, String>;
 
 const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
-const NOT_INTEGER: &str = "ERR value is not an integer or out of range";
-const SYNTAX: &str = "ERR syntax error";
 
 /// What a key holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,14 +70,6 @@ pub(super) struct Keyspace {
 /// still answers, with a PTTL of 0.
 fn expired(at: u64, now: u64) -> bool {
     now > at
-}
-
-/// An argument as an integer, as Redis parses one.
-fn integer(arg: &[u8]) -> Result<i64, String> {
-    std::str::from_utf8(arg)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| NOT_INTEGER.to_owned())
 }
 
 fn arity(name: &str) -> String {
@@ -169,8 +164,7 @@ impl Keyspace {
             "get" | "type" | "pttl" | "hgetall" => self.read(name, rest),
             "set" => self.set(rest),
             "del" => self.del(rest),
-            "pexpire" => self.pexpire(rest),
-            "pexpireat" => self.pexpireat(rest),
+            "pexpire" | "pexpireat" => self.pexpire(name, rest),
             "mget" => self.mget(rest),
             "hget" | "hset" | "hdel" => self.hash(name, rest),
             "incrby" => self.incrby(rest),
@@ -198,6 +192,21 @@ impl Keyspace {
                 self.calls.insert(name.to_owned(), 1);
             }
         }
+    }
+}
+
+/// The keys among the arguments `rest` of the command `name` (lowercase),
+/// as Redis's key specs place them: the first argument of each command of
+/// one key, every argument of DEL, EXISTS and MGET, none of the others
+/// (keep it in step with [`Keyspace::command`]).
+pub(super) fn keys_of<'a, 'b>(name: &[u8], rest: &'a [&'b [u8]]) -> &'a [&'b [u8]] {
+    match name {
+        b"get" | b"set" | b"type" | b"pttl" | b"pexpire" | b"pexpireat" | b"hget" | b"hset"
+        | b"hdel" | b"hgetall" | b"incrby" | b"hincrby" | b"rpush" => {
+            rest.get(..1).unwrap_or_default()
+        }
+        b"del" | b"exists" | b"mget" => rest,
+        _ => &[],
     }
 }
 
@@ -254,64 +263,49 @@ impl Keyspace {
         }
     }
 
-    /// SET key value [NX | XX] [PX ms | EX s | KEEPTTL].
+    /// `SET key value [NX | XX] [GET] [EX s | PX ms | EXAT s | PXAT ms |
+    /// KEEPTTL]`, in Redis 7's order: the options, then the expiry's
+    /// number, then the old value for GET (`WRONGTYPE` when it is no
+    /// string), then NX or XX (which answer nil, or the old value with
+    /// GET, when they refuse). An expiry already past is set: the key is
+    /// gone for the commands after it.
     fn set(&mut self, rest: &[&[u8]]) -> Reply {
         let [key, value, options @ ..] = rest else {
             return Err(arity("set"));
         };
-        let (mut ttl_ms, mut keep, mut nx, mut xx) = (None, false, false, false);
-        let mut i = 0;
-        while i < options.len() {
-            let option = options[i].to_ascii_lowercase();
-            match option.as_slice() {
-                b"nx" if !xx => nx = true,
-                b"xx" if !nx => xx = true,
-                b"keepttl" if ttl_ms.is_none() => keep = true,
-                b"px" | b"ex" if !keep && ttl_ms.is_none() && i + 1 < options.len() => {
-                    let n = integer(options[i + 1])?;
-                    if n <= 0 {
-                        return Err("ERR invalid expire time in 'set' command".into());
-                    }
-                    let scale = if option == b"ex" { 1000 } else { 1 };
-                    ttl_ms = Some(u64::try_from(n).unwrap_or(u64::MAX).saturating_mul(scale));
-                    i += 1;
-                }
-                _ => return Err(SYNTAX.into()),
-            }
-            i += 1;
-        }
+        let options = SetOptions::parse(options)?;
         let now = self.now_ms();
-        let kept = self.live(key).map(|e| e.expires);
-        if (nx && kept.is_some()) || (xx && kept.is_none()) {
-            return Ok(Value::Nil);
-        }
-        let expires = match ttl_ms {
-            Some(ms) => Some(now.saturating_add(ms)),
-            None if keep => kept.flatten(),
+        let at = match options.expiry {
+            Some((form, arg)) => Some(form.at(arg, now)?),
             None => None,
         };
+        let old = self.live(key).map(|e| (&e.data, e.expires));
+        let answer = match (options.get, old) {
+            (false, _) => Value::Okay,
+            (true, None) => Value::Nil,
+            (true, Some((Data::Str(v), _))) => bulk(v),
+            (true, Some(_)) => return Err(WRONGTYPE.into()),
+        };
+        let kept = old.map(|(_, expires)| expires);
+        if (options.nx && kept.is_some()) || (options.xx && kept.is_none()) {
+            return Ok(if options.get { answer } else { Value::Nil });
+        }
+        let kept = kept.flatten();
+        let expires = at.or(kept.filter(|_| options.keep_ttl));
+        let entry = Entry {
+            data: Data::Str(value.to_vec()),
+            expires,
+        };
         match self.entries.get_mut(*key) {
-            Some(entry) => {
-                entry.data = Data::Str(value.to_vec());
-                entry.expires = None;
-            }
+            Some(slot) => *slot = entry,
             None => {
-                let data = Data::Str(value.to_vec());
-                self.entries.insert(
-                    key.to_vec(),
-                    Entry {
-                        data,
-                        expires: None,
-                    },
-                );
+                self.entries.insert(key.to_vec(), entry);
             }
         }
-        if expires != kept.flatten() || !keep {
+        if expires != kept {
             self.set_expiry(key, expires);
-        } else if let Some(entry) = self.entries.get_mut(*key) {
-            entry.expires = expires;
         }
-        Ok(Value::Okay)
+        Ok(answer)
     }
 
     fn del(&mut self, rest: &[&[u8]]) -> Reply {
@@ -328,29 +322,39 @@ impl Keyspace {
         Ok(Value::Int(n))
     }
 
-    /// PEXPIRE key ms: 0 when the key is absent; a time not in the future
-    /// deletes it.
-    fn pexpire(&mut self, rest: &[&[u8]]) -> Reply {
-        let [key, ms] = rest else {
-            return Err(arity("pexpire"));
+    /// PEXPIRE key ms and PEXPIREAT key ms (since the epoch, on the
+    /// keyspace's clock), with `NX`, `XX`, `GT` or `LT`: 0 when the key is
+    /// absent or the condition refuses; a time not in the future deletes
+    /// it. As on Redis 7: the options are read before the number.
+    fn pexpire(&mut self, name: &str, rest: &[&[u8]]) -> Reply {
+        let [key, when, options @ ..] = rest else {
+            return Err(arity(name));
         };
-        let ms = integer(ms)?;
-        if self.live(key).is_none() {
+        let condition = ExpireIf::parse(options)?;
+        let when = integer(when)?;
+        let now = i64::try_from(self.now_ms()).unwrap_or(i64::MAX);
+        let base = if name == "pexpire" { now } else { 0 };
+        let at = when
+            .checked_add(base)
+            .ok_or_else(|| format!("ERR invalid expire time in '{name}' command"))?;
+        let Some(entry) = self.live(key) else {
+            return Ok(Value::Int(0));
+        };
+        let current = entry.expires.map(|c| i64::try_from(c).unwrap_or(i64::MAX));
+        if !condition.allows(current, at) {
             return Ok(Value::Int(0));
         }
-        if ms <= 0 {
-            self.entries.remove(*key);
-        } else {
-            let at = self
-                .now_ms()
-                .saturating_add(u64::try_from(ms).unwrap_or(u64::MAX));
-            self.set_expiry(key, Some(at));
+        match u64::try_from(at) {
+            Ok(at) if at > self.now_ms() => self.set_expiry(key, Some(at)),
+            _ => {
+                self.entries.remove(*key);
+            }
         }
         Ok(Value::Int(1))
     }
 }
 
-/// The commands of many keys or absolute times (renew.lua's).
+/// The command of many keys (renew.lua's).
 impl Keyspace {
     /// MGET key...: each key's string, nil for an absent key and for one
     /// of another type.
@@ -365,25 +369,6 @@ impl Keyspace {
             _ => Value::Nil,
         });
         Ok(Value::Array(values.collect()))
-    }
-
-    /// PEXPIREAT key ms (ms since the epoch, on the keyspace's clock): 0
-    /// when the key is absent; a time not in the future deletes it.
-    fn pexpireat(&mut self, rest: &[&[u8]]) -> Reply {
-        let [key, at] = rest else {
-            return Err(arity("pexpireat"));
-        };
-        let at = integer(at)?;
-        if self.live(key).is_none() {
-            return Ok(Value::Int(0));
-        }
-        match u64::try_from(at) {
-            Ok(at) if at > self.now_ms() => self.set_expiry(key, Some(at)),
-            _ => {
-                self.entries.remove(*key);
-            }
-        }
-        Ok(Value::Int(1))
     }
 }
 
@@ -625,7 +610,8 @@ impl Keyspace {
 mod tests {
     use redis::Value;
 
-    use super::{bulk, Keyspace, NOT_INTEGER, WRONGTYPE};
+    use super::super::args::{NOT_INTEGER, SYNTAX};
+    use super::{bulk, Keyspace, WRONGTYPE};
 
     fn run(ks: &mut Keyspace, line: &str) -> super::Reply {
         let args: Vec<&[u8]> = line.split(' ').map(str::as_bytes).collect();
@@ -681,11 +667,8 @@ mod tests {
             run(&mut ks, "SET k v PX 0").unwrap_err(),
             "ERR invalid expire time in 'set' command"
         );
-        assert_eq!(
-            run(&mut ks, "SET k v PX x").unwrap_err(),
-            super::NOT_INTEGER
-        );
-        assert_eq!(run(&mut ks, "SET k v PX").unwrap_err(), super::SYNTAX);
+        assert_eq!(run(&mut ks, "SET k v PX x").unwrap_err(), NOT_INTEGER);
+        assert_eq!(run(&mut ks, "SET k v PX").unwrap_err(), SYNTAX);
         run(&mut ks, "SET k v").unwrap();
         assert_eq!(run(&mut ks, "PEXPIRE k 0"), Ok(Value::Int(1)));
         assert_eq!(
@@ -776,5 +759,108 @@ mod tests {
         assert_eq!(run(&mut ks, "GET l"), Err(WRONGTYPE.into()));
         assert_eq!(run(&mut ks, "RPUSH h x"), Err(WRONGTYPE.into()));
         assert_eq!(run(&mut ks, "RPUSH l").unwrap_err(), super::arity("rpush"));
+    }
+
+    #[test]
+    fn numbers_are_read_as_redis_reads_them() {
+        // Redis's string2ll: no '+', no leading zero, no "-0", no space.
+        let mut ks = Keyspace::default();
+        ks.set_now(1_000_000_000);
+        for by in ["+5", "05", "00", "-0", "5.0"] {
+            assert_eq!(
+                run(&mut ks, &format!("INCRBY c {by}")),
+                Err(NOT_INTEGER.into()),
+                "{by}"
+            );
+            let set = format!("SET k v PX {by}");
+            assert_eq!(run(&mut ks, &set), Err(NOT_INTEGER.into()), "{set}");
+        }
+        assert_eq!(run(&mut ks, "INCRBY c 0"), Ok(Value::Int(0)));
+        // A value stored with a leading zero is no integer either.
+        run(&mut ks, "SET z 05").unwrap();
+        assert_eq!(run(&mut ks, "INCRBY z 1"), Err(NOT_INTEGER.into()));
+        run(&mut ks, "HSET h f 05").unwrap();
+        let hash = Err("ERR hash value is not an integer".to_owned());
+        assert_eq!(run(&mut ks, "HINCRBY h f 1"), hash);
+        assert_eq!(run(&mut ks, "HINCRBY h g +1"), Err(NOT_INTEGER.into()));
+        assert_eq!(run(&mut ks, "PEXPIRE z 010"), Err(NOT_INTEGER.into()));
+    }
+
+    #[test]
+    fn set_carries_get_and_absolute_expiries_as_redis_7() {
+        let mut ks = Keyspace::default();
+        ks.set_now(1_000_000_000);
+        assert_eq!(run(&mut ks, "SET k v GET"), Ok(Value::Nil));
+        assert_eq!(run(&mut ks, "SET k w get"), Ok(bulk(b"v")));
+        // NX refuses and GET still answers the old value.
+        assert_eq!(run(&mut ks, "SET k x NX GET"), Ok(bulk(b"w")));
+        assert_eq!(run(&mut ks, "GET k"), Ok(bulk(b"w")));
+        assert_eq!(run(&mut ks, "SET n v XX GET"), Ok(Value::Nil));
+        assert_eq!(run(&mut ks, "EXISTS n"), Ok(Value::Int(0)));
+        run(&mut ks, "HSET h f v").unwrap();
+        assert_eq!(run(&mut ks, "SET h v GET"), Err(WRONGTYPE.into()));
+        assert_eq!(
+            run(&mut ks, "TYPE h"),
+            Ok(Value::SimpleString("hash".into()))
+        );
+        assert_eq!(run(&mut ks, "SET k v PXAT 1000250"), Ok(Value::Okay));
+        assert_eq!(run(&mut ks, "PTTL k"), Ok(Value::Int(250)));
+        assert_eq!(run(&mut ks, "SET k v EXAT 1002"), Ok(Value::Okay));
+        assert_eq!(run(&mut ks, "PTTL k"), Ok(Value::Int(2000)));
+        assert_eq!(run(&mut ks, "SET k v KEEPTTL GET"), Ok(bulk(b"v")));
+        assert_eq!(run(&mut ks, "PTTL k"), Ok(Value::Int(2000)));
+        // The last of two expiries of one form counts.
+        assert_eq!(run(&mut ks, "SET k v PX 5 PX 700"), Ok(Value::Okay));
+        assert_eq!(run(&mut ks, "PTTL k"), Ok(Value::Int(700)));
+        // An expiry already past is set: the key is gone after it.
+        assert_eq!(run(&mut ks, "SET k v PXAT 999999"), Ok(Value::Okay));
+        assert_eq!(run(&mut ks, "GET k"), Ok(Value::Nil));
+        let invalid = Err("ERR invalid expire time in 'set' command".to_owned());
+        assert_eq!(run(&mut ks, "SET k v PXAT 0"), invalid);
+        assert_eq!(run(&mut ks, "SET k v PX 9223372036854775807"), invalid);
+        for line in ["SET k v PX 5 PXAT 5", "SET k v PX x FOO", "SET k v NX XX"] {
+            assert_eq!(run(&mut ks, line), Err(SYNTAX.into()), "{line}");
+        }
+    }
+
+    #[test]
+    fn pexpire_carries_nx_xx_gt_and_lt_as_redis_7() {
+        let mut ks = Keyspace::default();
+        ks.set_now(1_000_000_000);
+        run(&mut ks, "SET k v").unwrap();
+        let answers = [
+            ("PEXPIRE k 5000 NX", 1, 5000),
+            ("PEXPIRE k 9000 NX", 0, 5000),
+            ("PEXPIRE k 1000 GT", 0, 5000),
+            ("PEXPIRE k 9000 gt", 1, 9000),
+            ("PEXPIRE k 9500 LT", 0, 9000),
+            ("PEXPIRE k 2000 LT", 1, 2000),
+            ("PEXPIRE k 3000 XX GT", 1, 3000),
+            ("PEXPIREAT k 1004000 XX", 1, 4000),
+            ("PEXPIREAT k 1001000 NX", 0, 4000),
+        ];
+        for (line, answer, pttl) in answers {
+            assert_eq!(run(&mut ks, line), Ok(Value::Int(answer)), "{line}");
+            assert_eq!(run(&mut ks, "PTTL k"), Ok(Value::Int(pttl)), "{line}");
+        }
+        // No expiry: XX and GT refuse, LT sets one.
+        run(&mut ks, "SET p v").unwrap();
+        assert_eq!(run(&mut ks, "PEXPIRE p 100 XX"), Ok(Value::Int(0)));
+        assert_eq!(run(&mut ks, "PEXPIRE p 100 GT"), Ok(Value::Int(0)));
+        assert_eq!(run(&mut ks, "PEXPIRE p 100 LT"), Ok(Value::Int(1)));
+        // A time not in the future deletes, when the condition allows it.
+        assert_eq!(run(&mut ks, "PEXPIRE p -1 LT"), Ok(Value::Int(1)));
+        assert_eq!(run(&mut ks, "EXISTS p"), Ok(Value::Int(0)));
+        assert_eq!(run(&mut ks, "PEXPIRE none 100 NX"), Ok(Value::Int(0)));
+        // The options are read first, then the number.
+        let unsupported = Err("ERR Unsupported option FOO".to_owned());
+        assert_eq!(run(&mut ks, "PEXPIRE k x FOO"), unsupported);
+        assert_eq!(run(&mut ks, "PEXPIRE k x NX"), Err(NOT_INTEGER.into()));
+        let overflow = Err("ERR invalid expire time in 'pexpire' command".to_owned());
+        assert_eq!(run(&mut ks, "PEXPIRE k 9223372036854775807"), overflow);
+        assert_eq!(
+            run(&mut ks, "PEXPIREAT k 9223372036854775807"),
+            Ok(Value::Int(1))
+        );
     }
 }

@@ -3,30 +3,101 @@
 //! it holds.
 //!
 //! As in Redis: a script is compiled once, by `SCRIPT LOAD` (or `EVAL`),
-//! and called by its SHA-1; `KEYS` and `ARGV` are its globals; `redis.call`
-//! raises a command's error and `redis.pcall` returns it as `{err=...}`;
-//! a status reply is `{ok=...}`, a nil reply `false`; numbers passed to a
-//! command are written with `%.17g`, numbers in replies are truncated to
-//! integers, and a table is returned as an array up to its first nil;
-//! `redis.error_reply` and `redis.status_reply` build those tables; and the
-//! globals are protected, so a script that reads or creates a global fails
-//! here as it fails on Redis 7.
+//! and called by its SHA-1; `KEYS` and `ARGV` are its globals, two tables
+//! filled for each call and emptied after it; `redis.call` raises a command's error and
+//! `redis.pcall` returns it as `{err=...}`; a status reply is `{ok=...}`, a
+//! nil reply `false`; numbers passed to a command are written with
+//! `%.17g`, numbers in replies are truncated to integers, and a table is
+//! returned as an array up to its first nil; `redis.error_reply` and
+//! `redis.status_reply` build those tables.
+//!
+//! And as in Redis 7, nothing a script does outlives it: it sees the
+//! globals Redis 7 gives (no `print`, `dofile`, `loadfile`, `getfenv`,
+//! `setfenv` or `newproxy`); reading a global that does not exist, or
+//! writing any global or any field of `redis`, `string`, `math`, `table`,
+//! `coroutine` or of the strings' metatable, fails the script ("Script
+//! attempted to access nonexistent global variable", "Attempt to modify a
+//! readonly table"), through `rawset`, `setmetatable`, `table.insert`,
+//! `table.remove` and `table.sort` too; and `loadstring` and `load` read a
+//! binary chunk as text (a syntax error), as Redis does. Vanilla Lua 5.1
+//! has no read-only tables, so each of those tables is seen through an
+//! empty view whose writes fail (`PRELUDE`): `pairs` and `rawget` on one
+//! see nothing, where Redis shows its fields.
 
 use std::collections::HashMap;
 
 use mlua::{BorrowedBytes, Function, Lua, LuaOptions, StdLib, Table, Variadic};
 use redis::Value;
 
+use super::args::integer;
 use super::keyspace::{Keyspace, Reply};
 
-/// What the state runs once: the `redis` table, the wrapper that runs a
-/// script and turns what it raised into an error reply, and the globals'
-/// protection. `command` is the keyspace's entry (arguments as strings; an
-/// error reply as `{err=...}`).
+const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
+
+/// What the state runs once, given the keyspace's entry `command`
+/// (arguments as strings; an error reply as `{err=...}`) and the `KEYS`
+/// and `ARGV` tables: it builds the `redis` table, makes the globals and
+/// the library tables read-only, and returns the wrapper that runs a script
+/// and turns what it raised into an error reply, and the globals' view,
+/// which becomes the state's globals (so that what `loadstring` compiles
+/// sees them too).
 const PRELUDE: &str = r#"
-local command = ...
-local type, error, pcall, tostring = type, error, pcall, tostring
-redis = {
+local command, keys, argv = ...
+local G = _G
+local type, error, pcall, tostring, next, ipairs = type, error, pcall, tostring, next, ipairs
+local rawget, rawset, setmetatable, getmetatable = rawget, rawset, setmetatable, getmetatable
+local byte = string.byte
+local READONLY = 'Attempt to modify a readonly table'
+
+-- The views a script may not change, and what getmetatable shows of the
+-- metatables it may not see (false: none). A write to a view's field
+-- fails at the script's line (Redis's words); a raw write, at none.
+local readonly, shown = {}, {}
+local function refuse() error(READONLY, 2) end
+local function guard(t) if readonly[t] then error(READONLY, 0) end end
+local function view(real, shown_as)
+  local v, meta = {}, {__index = real, __newindex = refuse}
+  setmetatable(v, meta)
+  readonly[v], shown[meta] = true, shown_as
+  return v
+end
+
+-- The functions that write a table raw refuse the views.
+do
+  local insert, remove, sort = table.insert, table.remove, table.sort
+  G.rawset = function(t, ...) guard(t) return rawset(t, ...) end
+  G.setmetatable = function(t, ...) guard(t) return setmetatable(t, ...) end
+  G.getmetatable = function(v)
+    local meta = getmetatable(v)
+    local as = shown[meta]
+    if as == nil then return meta end
+    return as or nil
+  end
+  table.insert = function(t, ...) guard(t) return insert(t, ...) end
+  table.remove = function(t, ...) guard(t) return remove(t, ...) end
+  table.sort = function(t, ...) guard(t) return sort(t, ...) end
+end
+
+-- A binary chunk is read as text, as Redis reads it: a syntax error.
+do
+  local loadstring, load = loadstring, load
+  local function text(chunk)
+    if type(chunk) == 'string' and byte(chunk, 1) == 27 then return ' ' .. chunk end
+    return chunk
+  end
+  G.loadstring = function(s, name) return loadstring(text(s), name or s) end
+  G.load = function(reader, name)
+    if type(reader) ~= 'function' then return load(reader, name) end
+    local first = true
+    return load(function()
+      local piece = reader()
+      if first then first, piece = false, text(piece) end
+      return piece
+    end, name)
+  end
+end
+
+local redis = {
   pcall = command,
   call = function(...)
     local reply = command(...)
@@ -40,45 +111,77 @@ redis = {
   log = function() end,
   LOG_DEBUG = 0, LOG_VERBOSE = 1, LOG_NOTICE = 2, LOG_WARNING = 3,
 }
-local function run(f, keys, argv, sha)
-  rawset(_G, 'KEYS', keys)
-  rawset(_G, 'ARGV', argv)
-  local ok, reply = pcall(f)
-  rawset(_G, 'KEYS', nil)
-  rawset(_G, 'ARGV', nil)
-  if ok then
-    return reply
-  end
-  if type(reply) == 'table' and reply.err then
-    return {err = tostring(reply.err) .. ' script: ' .. sha}
-  end
-  return {err = 'ERR ' .. tostring(reply) .. ' script: ' .. sha}
+
+-- Redis 7's globals (less the libraries this state has not: bit, cjson,
+-- cmsgpack, struct), each library and the globals seen through a view.
+local allowed = {}
+for name in string.gmatch('_G _VERSION assert collectgarbage coroutine error gcinfo ' ..
+    'getmetatable ipairs load loadstring math next pairs pcall rawequal rawget rawset ' ..
+    'select setmetatable string table tonumber tostring type unpack xpcall', '%S+') do
+  allowed[name] = true
 end
-setmetatable(_G, {
+for name in next, G do
+  if not allowed[name] then G[name] = nil end
+end
+local strings = getmetatable('')
+for _, name in ipairs({'string', 'math', 'table', 'coroutine'}) do
+  G[name] = view(G[name], false)
+end
+strings.__index = G.string
+shown[strings] = view({__index = G.string}, false)
+G.redis, G.KEYS, G.ARGV = view(redis, false), keys, argv
+local globals = view(G, view({}, false))
+G._G = globals
+setmetatable(G, {
   __index = function(_, name)
     error("Script attempted to access nonexistent global variable '" .. tostring(name) .. "'", 2)
   end,
-  __newindex = function(_, name)
-    error("Attempt to modify a readonly table", 2)
-  end,
 })
-return run
+
+-- KEYS and ARGV emptied of all a script put in them.
+local function empty(t)
+  for k in next, t do rawset(t, k, nil) end
+end
+
+local function run(f, sha)
+  local ok, reply = pcall(f)
+  empty(keys)
+  empty(argv)
+  if ok then
+    return reply
+  end
+  local err = type(reply) == 'table' and rawget(reply, 'err')
+  if err then
+    return {err = tostring(err) .. ' script: ' .. sha}
+  end
+  return {err = 'ERR ' .. tostring(reply) .. ' script: ' .. sha}
+end
+return run, globals
 "#;
 
 /// A Lua state with its compiled scripts; the keyspace is its app data.
 pub(super) struct Engine {
     lua: Lua,
-    /// `run(f, keys, argv, sha)` of the prelude.
+    /// `run(f, sha)` of the prelude.
     run: Function,
+    /// The globals' read-only view, every script's environment.
+    globals: Table,
     /// Compiled scripts by SHA-1 (lowercase hex).
     scripts: HashMap<String, Function>,
-    /// The tables a script sees as `KEYS` and `ARGV`.
+    /// The tables a script sees as `KEYS` and `ARGV`, filled anew for
+    /// each call.
     keys: Table,
     argv: Table,
 }
 
-/// Makes `table` the sequence of `items`.
+/// Makes `table` the sequence of `items`, without a metatable (the
+/// prelude's `run` empties it after each script, whatever the script put
+/// in it; `Table::clear` is not used: mlua 0.11.6's leaves a slot on the
+/// Lua stack at each call).
 fn fill(lua: &Lua, table: &Table, items: &[&[u8]]) -> mlua::Result<()> {
+    if table.metatable().is_some() {
+        table.set_metatable(None)?;
+    }
     let old = table.raw_len();
     for (i, item) in items.iter().enumerate() {
         table.raw_seti(i + 1, lua.create_string(item)?)?;
@@ -87,6 +190,16 @@ fn fill(lua: &Lua, table: &Table, items: &[&[u8]]) -> mlua::Result<()> {
         table.raw_seti(i, mlua::Value::Nil)?;
     }
     Ok(())
+}
+
+/// `EVAL` and `EVALSHA`'s count of keys, out of `available` arguments
+/// after it, or Redis's error for it.
+pub(super) fn numkeys(arg: &[u8], available: usize) -> Result<usize, String> {
+    let n = integer(arg)?;
+    if n > i64::try_from(available).unwrap_or(i64::MAX) {
+        return Err("ERR Number of keys can't be greater than number of args".into());
+    }
+    usize::try_from(n).map_err(|_| "ERR Number of keys can't be negative".into())
 }
 
 impl Engine {
@@ -112,13 +225,16 @@ impl Engine {
             };
             to_lua(lua, reply)
         })?;
-        let run = lua
+        let (keys, argv) = (lua.create_table()?, lua.create_table()?);
+        let (run, globals) = lua
             .load(PRELUDE)
             .set_name("=prelude")
-            .call::<Function>(command)?;
+            .call::<(Function, Table)>((command, &keys, &argv))?;
+        lua.set_globals(globals.clone())?;
         Ok(Engine {
-            keys: lua.create_table()?,
-            argv: lua.create_table()?,
+            keys,
+            argv,
+            globals,
             lua,
             run,
             scripts: HashMap::new(),
@@ -140,6 +256,7 @@ impl Engine {
                 .lua
                 .load(source)
                 .set_name("=user_script")
+                .set_environment(self.globals.clone())
                 .into_function()
                 .map_err(|e| format!("ERR Error compiling script (new function): {e}"))?;
             self.scripts.insert(sha.clone(), compiled);
@@ -155,9 +272,15 @@ impl Engine {
         rest: &[&[u8]],
         source_of: impl Fn(&str) -> Option<std::sync::Arc<[u8]>>,
     ) -> Reply {
-        let [sha, numkeys, rest @ ..] = rest else {
+        let [sha, count, rest @ ..] = rest else {
             return Err("ERR wrong number of arguments for 'evalsha' command".into());
         };
+        // As on Redis: a SHA-1 of another length is unknown at once; the
+        // count of keys is checked before the script is looked up.
+        if sha.len() != 40 {
+            return Err(NOSCRIPT.into());
+        }
+        let numkeys = numkeys(count, rest.len())?;
         let sha = std::str::from_utf8(sha).unwrap_or_default();
         let lower;
         let sha = if sha.bytes().any(|b| b.is_ascii_uppercase()) {
@@ -171,19 +294,12 @@ impl Engine {
                 Some(source) => {
                     self.load(&source)?;
                 }
-                None => return Err("NOSCRIPT No matching script. Please use EVAL.".into()),
+                None => return Err(NOSCRIPT.into()),
             }
         }
         let Some(script) = self.scripts.get(sha) else {
-            return Err("NOSCRIPT No matching script. Please use EVAL.".into());
+            return Err(NOSCRIPT.into());
         };
-        let numkeys = std::str::from_utf8(numkeys)
-            .ok()
-            .and_then(|n| n.parse::<usize>().ok())
-            .ok_or("ERR value is not an integer or out of range")?;
-        if numkeys > rest.len() {
-            return Err("ERR Number of keys can't be greater than number of args".into());
-        }
         let (keys, argv) = rest.split_at(numkeys);
         let lua = &self.lua;
         // KEYS and ARGV are two tables filled anew for each call: a script
@@ -193,7 +309,7 @@ impl Engine {
             .map_err(|e| format!("ERR {e}"))?;
         let reply = self
             .run
-            .call::<mlua::Value>((script, &self.keys, &self.argv, sha))
+            .call::<mlua::Value>((script, sha))
             .map_err(|e| format!("ERR {e}"))?;
         from_lua(&reply, 0)
     }

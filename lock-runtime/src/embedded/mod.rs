@@ -13,6 +13,7 @@
 //! Redis (so a client skips its own plain notices, and a fair release wakes
 //! the waiter it names); it answers inside the caller's poll.
 
+mod args;
 pub(crate) mod clock;
 mod door;
 mod keyspace;

@@ -3,10 +3,13 @@
 //! (by Redis Cluster's hash slot, so keys with one `{hash tag}` share a
 //! shard), made on first use.
 //!
-//! A command runs on the shard of its keys. A script whose declared `KEYS`
-//! fall in several shards locks them all, in shard order (so two such
-//! scripts never deadlock), moves those keys' entries into the first shard,
-//! runs there, and moves them back: it is as atomic as on one Redis node.
+//! A command runs on the shard of its keys: a script on its declared
+//! `KEYS`, any other command on the keys `keyspace::keys_of` finds among
+//! its arguments. A script whose `KEYS` fall in several shards locks them
+//! all, in shard order (so two such scripts never deadlock), moves those
+//! keys' entries into the first shard, runs there, and moves them back: it
+//! is as atomic as on one Redis node (and so is a command of several keys,
+//! DEL, EXISTS or MGET).
 //! A script is compiled on a shard the first time that shard runs it, from
 //! the source `SCRIPT LOAD` registered; commands about the whole keyspace
 //! (`DBSIZE`, `KEYS`, `FLUSHALL`, `INFO`, `CONFIG RESETSTAT`) visit every
@@ -17,8 +20,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use redis::Value;
 
-use super::keyspace::{Keyspace, Published, Reply};
-use super::lua::Engine;
+use super::keyspace::{self, Keyspace, Published, Reply};
+use super::lua::{self, Engine};
 use crate::route::cluster::slot_of;
 
 /// How many shards a keyspace has.
@@ -77,10 +80,8 @@ impl Shards {
         let rest = args.get(1..).unwrap_or_default();
         match (name, rest) {
             (b"evalsha" | b"eval", [_, numkeys, tail @ ..]) => {
-                let n = std::str::from_utf8(numkeys)
-                    .ok()
-                    .and_then(|n| n.parse::<usize>().ok())
-                    .unwrap_or(0);
+                // A bad count runs on the first shard, which refuses it.
+                let n = lua::numkeys(numkeys, tail.len()).unwrap_or(0);
                 let keys = tail.get(..n).unwrap_or_default();
                 self.on_keys(keys, now_us, |engine| self.script(engine, name, rest))
             }
@@ -98,14 +99,10 @@ impl Shards {
             (b"dbsize" | b"keys" | b"flushall" | b"flushdb" | b"info" | b"config", _) => {
                 (self.on_all(args, now_us), Vec::new())
             }
-            (b"get" | b"set" | b"type" | b"pttl" | b"pexpire", [key, ..])
-            | (b"hget" | b"hset" | b"hdel" | b"hgetall", [key, ..]) => {
-                self.on_keys(&[key], now_us, |engine| engine.keyspace().command(args))
-            }
-            (b"del" | b"exists", keys) => {
+            _ => {
+                let keys = keyspace::keys_of(name, rest);
                 self.on_keys(keys, now_us, |engine| engine.keyspace().command(args))
             }
-            _ => self.on_keys(&[], now_us, |engine| engine.keyspace().command(args)),
         }
     }
 
@@ -123,6 +120,10 @@ impl Shards {
         let [source, tail @ ..] = rest else {
             return Err("ERR wrong number of arguments for 'eval' command".into());
         };
+        // As on Redis, a bad count of keys registers nothing.
+        if let [numkeys, args @ ..] = tail {
+            lua::numkeys(numkeys, args.len())?;
+        }
         let sha = sha1_smol::Sha1::from(source).digest().to_string();
         self.register(&sha, source);
         let mut call: Vec<&[u8]> = vec![sha.as_bytes()];

@@ -84,3 +84,253 @@ fn a_script_that_touches_a_global_fails_as_on_redis_7() {
         .query(&mut EmbeddedKeyspace::new().connection());
     assert_eq!(unknown.unwrap_err().code(), Some("NOSCRIPT"));
 }
+
+/// `EVAL source` with `keys` and `args` on `keyspace`.
+fn eval_on(
+    keyspace: &EmbeddedKeyspace,
+    source: &str,
+    keys: &[&str],
+    args: &[&str],
+) -> RedisResult<Value> {
+    redis::cmd("EVAL")
+        .arg(source)
+        .arg(keys.len())
+        .arg(keys)
+        .arg(args)
+        .query(&mut keyspace.connection())
+}
+
+#[test]
+fn a_script_cannot_change_what_the_scripts_after_it_see() {
+    // What uses the globals and the libraries a lock script uses.
+    const CHECK: &str = "return {redis.call('set', KEYS[1], ARGV[1]), string.match(ARGV[1], '^(%d)'), \
+                         ('x'):rep(2), tonumber('7'), math.floor(1.5), type(table.sort), type(rawset)}";
+    let expected = Value::Array(vec![
+        Value::Okay,
+        Value::BulkString(b"4".to_vec()),
+        Value::BulkString(b"xx".to_vec()),
+        Value::Int(7),
+        Value::Int(1),
+        Value::BulkString(b"function".to_vec()),
+        Value::BulkString(b"function".to_vec()),
+    ]);
+    // Each fails as on Redis 7 (a field written, or a global, fails at the
+    // script's line; a raw write without one).
+    let (at_line, raw) = (
+        "user_script:1: Attempt to modify a readonly table",
+        "Attempt to modify a readonly table",
+    );
+    let attacks = [
+        ("rawset(_G, 'redis', nil)", raw),
+        ("redis = nil", at_line),
+        ("_G.tonumber = nil", at_line),
+        ("KEYS = {}", at_line),
+        ("string.match = nil", at_line),
+        ("rawset(string, 'match', nil)", raw),
+        ("redis.call = nil", at_line),
+        ("rawset(redis, 'call', nil)", raw),
+        ("math.floor = nil", at_line),
+        ("table.sort = nil", at_line),
+        ("table.insert(string, 1)", raw),
+        ("table.remove(redis)", raw),
+        ("table.sort(math)", raw),
+        ("setmetatable(_G, nil)", raw),
+        ("setmetatable(string, {__index = {}})", raw),
+        ("getmetatable(_G).__index = nil", at_line),
+        ("getmetatable('').__index = nil", at_line),
+        ("rawset(getmetatable(''), '__index', {})", raw),
+        (
+            "loadstring('redis = nil')()",
+            "[string \"redis = nil\"]:1: Attempt to modify a readonly table",
+        ),
+        // Redis 7.0's words too: the coroutine's error, raised again.
+        (
+            "coroutine.wrap(function() tonumber = nil end)()",
+            "user_script:1: user_script:1: Attempt to modify a readonly table",
+        ),
+    ];
+    let keyspace = EmbeddedKeyspace::new();
+    for (attack, words) in attacks {
+        let error = eval_on(&keyspace, attack, &["k"], &[]).unwrap_err();
+        assert_eq!(error.code(), Some("ERR"), "{attack}: {error}");
+        let detail = error.detail().unwrap_or_default();
+        assert!(detail.starts_with(words), "{attack}: {error}");
+        let after = eval_on(&keyspace, CHECK, &["k"], &["42"]);
+        assert_eq!(
+            after.as_ref().ok(),
+            Some(&expected),
+            "after {attack}: {after:?}"
+        );
+    }
+}
+
+#[test]
+fn a_script_sees_the_globals_redis_7_gives() {
+    let keyspace = EmbeddedKeyspace::new();
+    for name in [
+        "print", "dofile", "loadfile", "getfenv", "setfenv", "newproxy", "require", "os", "io",
+        "debug",
+    ] {
+        let error = eval_on(&keyspace, &format!("return type({name})"), &[], &[]).unwrap_err();
+        let words = format!("Script attempted to access nonexistent global variable '{name}'");
+        assert!(error.to_string().contains(&words), "{name}: {error}");
+    }
+    let present = "local n = 0 for _, v in ipairs({_G, _VERSION, assert, collectgarbage, coroutine, error, \
+                   gcinfo, getmetatable, ipairs, load, loadstring, math, next, pairs, pcall, rawequal, \
+                   rawget, rawset, redis, select, setmetatable, string, table, tonumber, tostring, type, \
+                   unpack, xpcall, KEYS, ARGV}) do n = n + 1 end return n";
+    assert_eq!(
+        eval_on(&keyspace, present, &[], &[]).unwrap(),
+        Value::Int(30)
+    );
+    // What Redis shows of the metatables.
+    let shown = "return {tostring(getmetatable(string)), type(getmetatable(_G)), \
+                 tostring(getmetatable('').__index == string)}";
+    let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+    assert_eq!(
+        eval_on(&keyspace, shown, &[], &[]).unwrap(),
+        Value::Array(vec![text("nil"), text("table"), text("true")]),
+    );
+}
+
+#[test]
+fn keys_and_argv_are_new_for_each_call() {
+    let keyspace = EmbeddedKeyspace::new();
+    let leave = "ARGV[3] = 'x' KEYS.extra = 1 \
+                 setmetatable(ARGV, {__index = function() return 'leaked' end}) return 1";
+    eval_on(&keyspace, leave, &["k"], &["a"]).unwrap();
+    let see = "return {#ARGV, tostring(ARGV[5]), tostring(KEYS.extra), #KEYS}";
+    assert_eq!(
+        eval_on(&keyspace, see, &["k"], &["a", "b"]).unwrap(),
+        Value::Array(vec![
+            Value::Int(2),
+            Value::BulkString(b"nil".to_vec()),
+            Value::BulkString(b"nil".to_vec()),
+            Value::Int(1),
+        ]),
+    );
+}
+
+#[test]
+fn a_binary_chunk_is_read_as_text_as_on_redis() {
+    // Lua 5.1 runs bytecode unchecked: Redis reads it as text, so must we.
+    let keyspace = EmbeddedKeyspace::new();
+    let by_string = "local f, e = loadstring(string.dump(function() return 1 end)) \
+                     return {tostring(f), e}";
+    let by_reader = "local s, done = string.dump(function() return 1 end), false \
+                     local f, e = load(function() if done then return nil end done = true return s end) \
+                     return {tostring(f), e}";
+    for source in [by_string, by_reader] {
+        let answer = eval_on(&keyspace, source, &[], &[]).unwrap();
+        let Value::Array(items) = &answer else {
+            panic!("{answer:?}");
+        };
+        assert_eq!(items[0], Value::BulkString(b"nil".to_vec()), "{source}");
+        let Value::BulkString(error) = &items[1] else {
+            panic!("{answer:?}");
+        };
+        let error = String::from_utf8_lossy(error);
+        assert!(
+            error.contains("unexpected symbol near 'char(27)'"),
+            "{error}"
+        );
+    }
+    // Text still loads, through both.
+    let text = "return {loadstring('return 1')(), load(function() return nil end) ~= nil}";
+    assert_eq!(
+        eval_on(&keyspace, text, &[], &[]).unwrap(),
+        Value::Array(vec![Value::Int(1), Value::Int(1)]),
+    );
+}
+
+#[test]
+fn the_count_of_keys_is_read_as_redis_reads_it() {
+    let keyspace = EmbeddedKeyspace::new();
+    let mut con = keyspace.connection();
+    let count = |count: &str| -> RedisResult<Value> {
+        redis::cmd("EVAL")
+            .arg("return 1")
+            .arg(count)
+            .query(&mut keyspace.connection())
+    };
+    assert_eq!(count("0").unwrap(), Value::Int(1));
+    for (given, words) in [
+        ("-1", "Number of keys can't be negative"),
+        ("00", "value is not an integer or out of range"),
+        ("+0", "value is not an integer or out of range"),
+        ("1", "Number of keys can't be greater than number of args"),
+    ] {
+        let error = count(given).unwrap_err();
+        assert!(error.to_string().contains(words), "{given}: {error}");
+    }
+    // Checked before the script is looked up, as on Redis.
+    let unknown: RedisResult<Value> = redis::cmd("EVALSHA")
+        .arg("0123456789012345678901234567890123456789")
+        .arg("00")
+        .query(&mut con);
+    assert_eq!(unknown.unwrap_err().code(), Some("ERR"));
+}
+
+#[test]
+fn the_door_runs_every_keyed_command_on_its_keys_shard() {
+    let keyspace = EmbeddedKeyspace::new();
+    let mut con = keyspace.connection();
+    // Keys of shards other than the first.
+    let keys: Vec<String> = (0..)
+        .map(|i| format!("door:{i}"))
+        .filter(|k| super::shards::shard_of(k.as_bytes()) != 0)
+        .take(4)
+        .collect();
+    let [s, h, l, c] = [&keys[0], &keys[1], &keys[2], &keys[3]];
+    let mut door =
+        |args: &[&str]| -> Value { redis::cmd(args[0]).arg(&args[1..]).query(&mut con).unwrap() };
+    // Written through the door, read by a script (on the keys' shards).
+    door(&["SET", s, "v"]);
+    door(&["PEXPIREAT", s, "99999999999999"]);
+    door(&["HSET", h, "f", "1"]);
+    door(&["HINCRBY", h, "f", "2"]);
+    door(&["RPUSH", l, "a"]);
+    door(&["INCRBY", c, "5"]);
+    let read = "return {redis.call('get', KEYS[1]), redis.call('pttl', KEYS[1]) > 0 and 1 or 0, \
+                redis.call('hget', KEYS[2], 'f'), redis.call('type', KEYS[3]).ok, redis.call('get', KEYS[4])}";
+    let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+    assert_eq!(
+        eval_on(&keyspace, read, &[s, h, l, c], &[]).unwrap(),
+        Value::Array(vec![
+            bulk("v"),
+            Value::Int(1),
+            bulk("3"),
+            bulk("list"),
+            bulk("5")
+        ]),
+    );
+    // Written by a script, read through the door.
+    eval_on(
+        &keyspace,
+        "redis.call('hset', KEYS[1], 'g', 'w') return 1",
+        &[h],
+        &[],
+    )
+    .unwrap();
+    assert_eq!(door(&["HGET", h, "g"]), bulk("w"));
+    assert_eq!(
+        door(&["MGET", s, c]),
+        Value::Array(vec![bulk("v"), bulk("5")])
+    );
+    assert_eq!(door(&["EXISTS", s, h, l, c]), Value::Int(4));
+    assert_eq!(door(&["TYPE", l]), Value::SimpleString("list".into()));
+    assert_eq!(door(&["HDEL", h, "f", "g"]), Value::Int(2));
+    assert_eq!(door(&["DEL", s, l, c]), Value::Int(3));
+    assert_eq!(door(&["DBSIZE"]), Value::Int(0));
+}
+
+#[test]
+fn many_calls_leave_the_lua_stack_as_they_found_it() {
+    // Lua 5.1's stack holds 8,000 slots: a slot left behind by each call
+    // fails a call before the 10,000th ("out of Lua stack").
+    let keyspace = EmbeddedKeyspace::new();
+    for i in 0..10_000 {
+        let answer = eval_on(&keyspace, "return #ARGV", &["k"], &["a", "b"]);
+        assert_eq!(answer.ok(), Some(Value::Int(2)), "call {i}");
+    }
+}

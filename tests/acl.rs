@@ -55,21 +55,8 @@ fn the_guides_two_acl_lines_differ_by_the_sharded_rules_only() {
 /// lines: a command left out fails every call of the kind that needs it.
 #[test]
 fn the_guides_lines_grant_every_command_the_scripts_call() {
-    let names = [
-        "acquire",
-        "release",
-        "renew",
-        "fence",
-        "force_unlock",
-        "inspect",
-        "shared_acquire",
-        "shared_release",
-        "acquire_all",
-        "batch",
-        "fenced_write",
-    ];
     let mut called = std::collections::BTreeSet::new();
-    for name in names {
+    for name in lock_runtime::__private::script_names() {
         let source = lock_runtime::__private::script_source(name).expect("a library script");
         for (at, _) in source.match_indices("call('") {
             let rest = &source[at + "call('".len()..];

@@ -331,3 +331,9 @@ pub fn script_source(name: &str) -> Option<&'static str> {
         .find(|(n, _)| *n == name)
         .map(|(_, source)| *source)
 }
+
+/// The names of every script the library sends (see [`script_source`]):
+/// for tests that read them all.
+pub fn script_names() -> impl Iterator<Item = &'static str> {
+    crate::kind::sources::ALL.iter().map(|(name, _)| *name)
+}

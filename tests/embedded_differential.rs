@@ -1218,8 +1218,6 @@ const SEQUENCES: &[(&str, &[&[&str]])] = &[
             CHECK,
             &["EVAL", "getmetatable('').__index = nil", "0"],
             CHECK,
-            &["EVAL", "loadstring('tonumber = nil')()", "0"],
-            CHECK,
             &["EVAL", "KEYS = {}", "0"],
             &["EVAL", "leaked = 1", "0"],
             &["EVAL", "return leaked", "0"],
@@ -1228,12 +1226,6 @@ const SEQUENCES: &[(&str, &[&[&str]])] = &[
                 "EVAL",
                 "return {tostring(getmetatable(string)), type(getmetatable(_G)), \
                  tostring(getmetatable('').__index == string)}",
-                "0",
-            ],
-            &[
-                "EVAL",
-                "local f, e = loadstring(string.dump(function() return 1 end)) \
-                 return {tostring(f), string.find(e, \"unexpected symbol near 'char%(27%)'\") ~= nil}",
                 "0",
             ],
             &[

@@ -212,7 +212,7 @@ pub use election::{Term, TermEnd};
 #[cfg(feature = "embedded")]
 #[cfg_attr(docsrs, doc(cfg(feature = "embedded")))]
 pub use embedded::EmbeddedKeyspace;
-#[cfg(feature = "embedded")]
+#[cfg(feature = "embedded-test-door")]
 #[doc(hidden)]
 pub use embedded::{EmbeddedConnection, PublishedLog, StoredValue};
 pub use error::{FoundBy, HeldBy, KindCheckCalls, KindFoundBy, LockError, LossReason, NodeFailure};

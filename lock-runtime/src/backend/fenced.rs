@@ -9,6 +9,7 @@ use crate::route::BackendError;
 
 /// The commands a fenced write may carry on the embedded backend (its
 /// keyspace answers these; a real Redis answers any).
+#[cfg_attr(not(feature = "embedded"), allow(dead_code))]
 pub(crate) const EMBEDDED_COMMANDS: [&str; 8] = [
     "SET", "DEL", "INCRBY", "HSET", "HDEL", "HINCRBY", "RPUSH", "PEXPIRE",
 ];
@@ -21,6 +22,7 @@ pub(crate) enum Fenced {
     /// The client is a Redlock client: no one node to write.
     Redlock,
     /// A command the embedded backend does not carry in a fenced write.
+    #[cfg_attr(not(feature = "embedded"), allow(dead_code))]
     NotEmbedded(String),
 }
 

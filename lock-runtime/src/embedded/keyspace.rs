@@ -46,6 +46,7 @@ pub(super) struct Entry {
 }
 
 /// A key, what it holds and its expiry (ms), as [`Keyspace::dump`] gives it.
+#[cfg(any(test, feature = "embedded-test-door"))]
 pub(super) type Dumped = (Vec<u8>, (Data, Option<u64>));
 
 /// A message a script published: channel, message, sharded or not.
@@ -597,6 +598,7 @@ impl Keyspace {
 
     /// Every live key with what it holds and its expiry (ms on this clock),
     /// for the test door's comparisons.
+    #[cfg(any(test, feature = "embedded-test-door"))]
     pub(super) fn dump(&mut self) -> Vec<Dumped> {
         self.expire_all();
         self.entries

@@ -18,15 +18,25 @@
 //! `coroutine` or of the strings' metatable, fails the script ("Script
 //! attempted to access nonexistent global variable", "Attempt to modify a
 //! readonly table"), through `rawset`, `setmetatable`, `table.insert`,
-//! `table.remove` and `table.sort` too; and `loadstring` and `load` read a
-//! binary chunk as text (a syntax error), as Redis does. Vanilla Lua 5.1
-//! has no read-only tables, so each of those tables is seen through an
-//! empty view whose writes fail (`PRELUDE`): `pairs` and `rawget` on one
-//! see nothing, where Redis shows its fields.
+//! `table.remove` and `table.sort` too. Vanilla Lua 5.1 has no read-only
+//! tables, so each of those tables is seen through an empty view whose
+//! writes fail (`PRELUDE`): `pairs` and `rawget` on one see nothing, where
+//! Redis shows its fields.
+//!
+//! Where it is stricter than Redis: a script runs only its own text (no
+//! `load`, `loadstring` or `string.dump`, nor `collectgarbage`), and one
+//! that runs past [`SCRIPT_TIME_LIMIT`] is ended with an error (Redis would
+//! answer `BUSY` to everyone else until a `SCRIPT KILL`), so that no script
+//! holds a shard of the keyspace for good.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use mlua::{BorrowedBytes, Function, Lua, LuaOptions, StdLib, Table, Variadic};
+use mlua::{
+    BorrowedBytes, Function, HookTriggers, Lua, LuaOptions, StdLib, Table, Variadic, VmState,
+};
 use redis::Value;
 
 use super::args::integer;
@@ -34,19 +44,30 @@ use super::keyspace::{Keyspace, Reply};
 
 const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
 
+/// How long a script may run before it is ended with an error: Redis's
+/// `busy-reply-threshold` (5 s), after which Redis lets `SCRIPT KILL` end
+/// it. The lock scripts run in microseconds; only a runaway script meets
+/// it, and ending it frees the shard it holds.
+pub(super) const SCRIPT_TIME_LIMIT: Duration = Duration::from_secs(5);
+
+/// The error of a script ended at [`SCRIPT_TIME_LIMIT`].
+const ENDED: &str = "ERR the script ran past the embedded backend's time limit and was ended \
+                     (what it wrote before stays written)";
+
+/// Instructions between two looks at the clock while a script runs.
+const INSTRUCTIONS_PER_LOOK: u32 = 10_000;
+
 /// What the state runs once, given the keyspace's entry `command`
 /// (arguments as strings; an error reply as `{err=...}`) and the `KEYS`
 /// and `ARGV` tables: it builds the `redis` table, makes the globals and
 /// the library tables read-only, and returns the wrapper that runs a script
 /// and turns what it raised into an error reply, and the globals' view,
-/// which becomes the state's globals (so that what `loadstring` compiles
-/// sees them too).
+/// which becomes the state's globals.
 const PRELUDE: &str = r#"
 local command, keys, argv = ...
 local G = _G
 local type, error, pcall, tostring, next, ipairs = type, error, pcall, tostring, next, ipairs
 local rawget, rawset, setmetatable, getmetatable = rawget, rawset, setmetatable, getmetatable
-local byte = string.byte
 local READONLY = 'Attempt to modify a readonly table'
 
 -- The views a script may not change, and what getmetatable shows of the
@@ -78,24 +99,10 @@ do
   table.sort = function(t, ...) guard(t) return sort(t, ...) end
 end
 
--- A binary chunk is read as text, as Redis reads it: a syntax error.
-do
-  local loadstring, load = loadstring, load
-  local function text(chunk)
-    if type(chunk) == 'string' and byte(chunk, 1) == 27 then return ' ' .. chunk end
-    return chunk
-  end
-  G.loadstring = function(s, name) return loadstring(text(s), name or s) end
-  G.load = function(reader, name)
-    if type(reader) ~= 'function' then return load(reader, name) end
-    local first = true
-    return load(function()
-      local piece = reader()
-      if first then first, piece = false, text(piece) end
-      return piece
-    end, name)
-  end
-end
+-- No way to compile code at run time, to read a file, or to reach the
+-- collector or another function's environment: only the script's own text
+-- runs.
+string.dump = nil
 
 local redis = {
   pcall = command,
@@ -113,10 +120,11 @@ local redis = {
 }
 
 -- Redis 7's globals (less the libraries this state has not: bit, cjson,
--- cmsgpack, struct), each library and the globals seen through a view.
+-- cmsgpack, struct; and less `load`, `loadstring` and `collectgarbage`),
+-- each library and the globals seen through a view.
 local allowed = {}
-for name in string.gmatch('_G _VERSION assert collectgarbage coroutine error gcinfo ' ..
-    'getmetatable ipairs load loadstring math next pairs pcall rawequal rawget rawset ' ..
+for name in string.gmatch('_G _VERSION assert coroutine error gcinfo ' ..
+    'getmetatable ipairs math next pairs pcall rawequal rawget rawset ' ..
     'select setmetatable string table tonumber tostring type unpack xpcall', '%S+') do
   allowed[name] = true
 end
@@ -172,6 +180,53 @@ pub(super) struct Engine {
     /// each call.
     keys: Table,
     argv: Table,
+    /// The running script's time limit.
+    budget: Arc<Budget>,
+}
+
+/// When the running script started, and whether it was ended: what the
+/// state's count hook reads.
+struct Budget {
+    /// The time the budget counts from.
+    base: Instant,
+    /// Nanoseconds from `base` to the running script's start; `u64::MAX`
+    /// when none runs.
+    started: AtomicU64,
+    /// Set by the hook that ended a script, until the next call.
+    ended: AtomicBool,
+    /// How long a script may run.
+    limit: Duration,
+}
+
+impl Budget {
+    /// Nanoseconds since `base`.
+    fn now(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_nanos()).unwrap_or(u64::MAX - 1)
+    }
+}
+
+/// Sets the state's hook: every [`INSTRUCTIONS_PER_LOOK`] instructions it
+/// reads the clock, and once the running script is over its limit, it
+/// raises [`ENDED`] at every instruction, so that no `pcall` of the
+/// script's can catch it for good: the error reaches the prelude's `run`,
+/// then the caller.
+fn watch(lua: &Lua, budget: &Arc<Budget>) -> mlua::Result<()> {
+    let budget = budget.clone();
+    lua.set_hook(
+        HookTriggers::new().every_nth_instruction(INSTRUCTIONS_PER_LOOK),
+        move |lua, _| {
+            let started = budget.started.load(Ordering::Relaxed);
+            let limit = u64::try_from(budget.limit.as_nanos()).unwrap_or(u64::MAX);
+            if started == u64::MAX || budget.now().saturating_sub(started) < limit {
+                return Ok(VmState::Continue);
+            }
+            budget.ended.store(true, Ordering::Relaxed);
+            lua.set_hook(HookTriggers::new().every_nth_instruction(1), |_, _| {
+                Err(mlua::Error::runtime(ENDED))
+            })?;
+            Err(mlua::Error::runtime(ENDED))
+        },
+    )
 }
 
 /// Makes `table` the sequence of `items`, without a metatable (the
@@ -205,6 +260,11 @@ pub(super) fn numkeys(arg: &[u8], available: usize) -> Result<usize, String> {
 impl Engine {
     /// A new state on an empty keyspace.
     pub(super) fn new() -> mlua::Result<Engine> {
+        Self::with_limit(SCRIPT_TIME_LIMIT)
+    }
+
+    /// A new state whose scripts are ended after `limit`.
+    pub(super) fn with_limit(limit: Duration) -> mlua::Result<Engine> {
         let libs = StdLib::TABLE | StdLib::STRING | StdLib::MATH;
         let lua = Lua::new_with(libs, LuaOptions::default())?;
         lua.set_app_data(Keyspace::default());
@@ -231,7 +291,15 @@ impl Engine {
             .set_name("=prelude")
             .call::<(Function, Table)>((command, &keys, &argv))?;
         lua.set_globals(globals.clone())?;
+        let budget = Arc::new(Budget {
+            base: Instant::now(),
+            started: AtomicU64::new(u64::MAX),
+            ended: AtomicBool::new(false),
+            limit,
+        });
+        watch(&lua, &budget)?;
         Ok(Engine {
+            budget,
             keys,
             argv,
             globals,
@@ -256,6 +324,9 @@ impl Engine {
                 .lua
                 .load(source)
                 .set_name("=user_script")
+                // Lua 5.1 runs bytecode unchecked: text only, as Redis
+                // reads a script.
+                .set_mode(mlua::ChunkMode::Text)
                 .set_environment(self.globals.clone())
                 .into_function()
                 .map_err(|e| format!("ERR Error compiling script (new function): {e}"))?;
@@ -307,11 +378,15 @@ impl Engine {
         fill(lua, &self.keys, keys)
             .and_then(|()| fill(lua, &self.argv, argv))
             .map_err(|e| format!("ERR {e}"))?;
-        let reply = self
-            .run
-            .call::<mlua::Value>((script, sha))
-            .map_err(|e| format!("ERR {e}"))?;
-        from_lua(&reply, 0)
+        let budget = &self.budget;
+        budget.started.store(budget.now(), Ordering::Relaxed);
+        let reply = self.run.call::<mlua::Value>((script, sha));
+        budget.started.store(u64::MAX, Ordering::Relaxed);
+        if budget.ended.swap(false, Ordering::Relaxed) {
+            watch(lua, budget).map_err(|e| format!("ERR {e}"))?;
+            return Err(ENDED.into());
+        }
+        from_lua(&reply.map_err(|e| format!("ERR {e}"))?, 0)
     }
 }
 

@@ -19,16 +19,21 @@ mod door;
 mod keyspace;
 mod lua;
 mod shards;
+#[cfg(any(test, feature = "embedded-test-door"))]
+mod test_door;
 #[cfg(test)]
 mod tests;
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use redis::{Cmd, FromRedisValue, PushInfo, PushKind, RedisError, Value};
 use tokio::time::Instant;
 
-pub use door::{EmbeddedConnection, PublishedLog, StoredValue};
+#[cfg(any(test, feature = "embedded-test-door"))]
+pub use door::EmbeddedConnection;
+#[cfg(any(test, feature = "embedded-test-door"))]
+pub use test_door::{PublishedLog, StoredValue};
 
 use self::clock::Clock;
 use self::keyspace::Published;
@@ -219,7 +224,7 @@ impl Route for EmbeddedBackend {
         _lane: &Lane,
         call: &ScriptCall<'_>,
     ) -> Result<T, RedisError> {
-        evalsha(call.script, &call.cmd, &mut self.keyspace.connection()).await
+        evalsha(call.script, &call.cmd, &mut self.keyspace.door()).await
     }
 
     fn sync(&self) -> Option<ReplicaSync> {
@@ -231,7 +236,7 @@ impl Route for EmbeddedBackend {
         call: ScriptCall<'_>,
         _undo: Option<Cmd>,
     ) -> Result<(Value, usize), RedisError> {
-        let answer = evalsha(call.script, &call.cmd, &mut self.keyspace.connection()).await?;
+        let answer = evalsha(call.script, &call.cmd, &mut self.keyspace.door()).await?;
         Ok((answer, 0))
     }
 
@@ -264,18 +269,4 @@ impl Route for EmbeddedBackend {
     fn client_id(&self) -> &str {
         &self.client_id
     }
-}
-
-impl EmbeddedKeyspace {
-    /// Moves the keyspace's time by `by` (the test door's).
-    fn shift(&self, by_us: i64) {
-        self.inner
-            .offset_us
-            .fetch_add(by_us, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-/// Microseconds of `d`, saturating.
-fn micros(d: Duration) -> i64 {
-    i64::try_from(d.as_micros()).unwrap_or(i64::MAX)
 }

@@ -245,6 +245,7 @@ impl Shards {
     }
 
     /// What every shard holds, for the test door.
+    #[cfg(any(test, feature = "embedded-test-door"))]
     pub(super) fn dump(&self, now_us: u64) -> Vec<super::keyspace::Dumped> {
         let mut all = Vec::new();
         self.each(now_us, |keyspace| all.extend(keyspace.dump()));

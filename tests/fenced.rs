@@ -97,7 +97,7 @@ on_both_backends! {
     async fn a_write_without_a_token_is_refused(env: Env) {
         let refused = incr(&env.client, "acct:3", 1, None).await;
         assert!(
-            matches!(&refused, Err(LockError::Invalid { key, .. }) if key == "acct:3"),
+            matches!(&refused, Err(LockError::InvalidWrite { resource: key, .. }) if key == "acct:3"),
             "{refused:?}"
         );
         // Nothing was written: a first write with a token finds 0.
@@ -117,7 +117,7 @@ on_both_backends! {
         match env.kind {
             Kind::Memory => {
                 match &answer {
-                    Err(LockError::Invalid { key, .. }) => assert!(key.contains("LPUSH"), "{key}"),
+                    Err(LockError::InvalidWrite { resource: key, .. }) => assert!(key.contains("LPUSH"), "{key}"),
                     other => panic!("LPUSH was not refused: {other:?}"),
                 }
                 // Nothing ran: the counter is untouched.
@@ -152,7 +152,7 @@ async fn on_cluster_the_keys_must_share_the_resource_slot() {
         .run()
         .await;
     assert!(
-        matches!(&two_slots, Err(LockError::Invalid { key, .. }) if key == "acct:9"),
+        matches!(&two_slots, Err(LockError::InvalidWrite { resource: key, .. }) if key == "acct:9"),
         "{two_slots:?}"
     );
     // Nothing ran; the resource's own slot is written, and fenced.
@@ -218,7 +218,7 @@ async fn a_redlock_client_refuses_a_fenced_write() {
     let client = LockClient::redlock(&urls).await.expect("redlock connect");
     let refused = incr(&client, "acct:11", 1, Some(1)).await;
     assert!(
-        matches!(&refused, Err(LockError::Invalid { key, message, .. }) if key == "acct:11" && message.contains("Redlock") && message.contains("run_on")),
+        matches!(&refused, Err(LockError::InvalidWrite { resource: key, message, .. }) if key == "acct:11" && message.contains("Redlock") && message.contains("run_on")),
         "{refused:?}"
     );
     // Nothing was written on any node.
@@ -307,7 +307,7 @@ on_both_backends! {
         for (plain, braced) in [("x", "{x}"), ("a}b", "{a}b}")] {
             assert_eq!(incr(&env.client, plain, 1, Some(200)).await.unwrap(), 1);
             match incr(&env.client, braced, 1, Some(100)).await {
-                Err(LockError::Invalid { key, message, .. }) => {
+                Err(LockError::InvalidWrite { resource: key, message, .. }) => {
                     assert!(key.contains(&format!("resource {plain}'s")), "{key}");
                     assert!(message.contains("fence"), "{message}");
                 }
@@ -333,12 +333,12 @@ on_both_backends! {
             .run()
             .await;
         match &cleanup {
-            Err(LockError::Invalid { key, .. }) => assert!(key.contains("DEL"), "{key}"),
+            Err(LockError::InvalidWrite { resource: key, .. }) => assert!(key.contains("DEL"), "{key}"),
             other => panic!("a DEL of the fence ran: {other:?}"),
         }
         let flush = client.fenced_write("r").token(200).cmd_keys("flushdb", [] as [&str; 0]);
         match flush.run().await {
-            Err(LockError::Invalid { key, .. }) => assert!(key.contains("flushdb"), "{key}"),
+            Err(LockError::InvalidWrite { resource: key, .. }) => assert!(key.contains("flushdb"), "{key}"),
             other => panic!("FLUSHDB ran: {other:?}"),
         }
         // Nothing ran: the counter and the fence are as they were.
@@ -409,4 +409,71 @@ async fn the_free_function_writes_through_the_scoped_client() {
             .unwrap(),
         6
     );
+}
+
+on_both_backends! {
+    /// A write whose second command fails says that the first one ran and
+    /// stays written, names the resource, and is not retryable.
+    async fn a_failing_command_says_which_commands_ran(env: Env) {
+        let error = env
+            .client
+            .fenced_write("mixed:1")
+            .token(7)
+            .cmd("INCRBY", ["mixed:1"], 3)
+            .cmd("RPUSH", ["mixed:1:log"], "x")
+            .cmd("INCRBY", ["mixed:1:log"], 1)
+            .run()
+            .await
+            .expect_err("INCRBY on a list fails");
+        match &error {
+            LockError::WriteFailed {
+                resource, ran, source, ..
+            } => {
+                assert_eq!(resource, "mixed:1");
+                assert_eq!(*ran, lock_runtime::WriteRan::Partly, "{error}");
+                assert_eq!(source.code(), Some("WRONGTYPE"), "{source}");
+            }
+            other => panic!("expected WriteFailed, got {other:?}"),
+        }
+        assert!(!error.is_retryable(), "{error}");
+        assert_eq!(error.resource(), Some("mixed:1"));
+        let text = error.to_string();
+        assert!(text.starts_with("fenced write to `mixed:1` on "), "{text}");
+        assert!(text.contains("before the failing one ran"), "{text}");
+        // The first command ran and stays written.
+        assert_eq!(incr(&env.client, "mixed:1", 0, Some(7)).await.unwrap(), 3);
+    }
+}
+
+/// A write to a server that is gone says that nothing ran (the
+/// connection is refused), and may be sent again; one whose answer is lost
+/// says so and may not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_never_reached_redis_says_nothing_ran() {
+    let mut server = support::RedisServer::start();
+    let client = LockClient::builder()
+        .connect_timeout(std::time::Duration::from_millis(500))
+        .command_timeout(std::time::Duration::from_millis(500))
+        .connect(&server.url())
+        .await
+        .expect("connect");
+    assert_eq!(incr(&client, "gone:1", 1, Some(3)).await.unwrap(), 1);
+    server.stop();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let error = incr(&client, "gone:1", 1, Some(3))
+            .await
+            .expect_err("no server");
+        let LockError::WriteFailed { resource, ran, .. } = &error else {
+            panic!("expected WriteFailed, got {error:?}");
+        };
+        assert_eq!(resource, "gone:1");
+        assert_eq!(
+            error.is_retryable(),
+            *ran == lock_runtime::WriteRan::No,
+            "{error}"
+        );
+        seen.push(*ran);
+    }
+    assert!(seen.contains(&lock_runtime::WriteRan::No), "{seen:?}");
 }

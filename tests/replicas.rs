@@ -74,10 +74,15 @@ fn not_replicated<T: std::fmt::Debug>(outcome: Result<T, LockError>, key: &str, 
             needed,
             acked,
             timeout,
+            waited,
             ..
         }) => {
             assert_eq!(named, key);
             assert_eq!((needed, acked, timeout), (1, 0, SYNC_TIMEOUT));
+            assert!(
+                waited >= timeout.mul_f64(0.9),
+                "the call's own time: {waited:?}"
+            );
         }
         other => panic!("expected NotReplicated, got {other:?}"),
     }
@@ -344,6 +349,42 @@ async fn a_fenced_write_waits_for_the_replica_and_fails_when_it_does_not_acknowl
             .run()
             .await
     };
-    not_replicated(outcome, "account:9", started.elapsed());
+    let took = started.elapsed();
+    // It ran: said so, with its replies, and not retryable.
+    let error = outcome.expect_err("not acknowledged");
+    match &error {
+        LockError::WriteNotReplicated {
+            resource,
+            needed,
+            acked,
+            timeout,
+            waited,
+            replies,
+            ..
+        } => {
+            assert_eq!(resource, "account:9");
+            assert_eq!((*needed, *acked, *timeout), (1, 0, SYNC_TIMEOUT));
+            assert!(
+                *waited >= SYNC_TIMEOUT.mul_f64(0.9) && *waited <= took,
+                "{waited:?}"
+            );
+            assert_eq!(replies, &[redis::Value::Okay]);
+        }
+        other => panic!("expected WriteNotReplicated, got {other:?}"),
+    }
+    assert!(
+        !error.is_retryable(),
+        "a write that ran is not to be repeated"
+    );
+    let text = error.to_string();
+    assert!(
+        text.contains("fenced write to `account:9` ran on the master")
+            && !text.contains("did not run"),
+        "{text}"
+    );
+    assert!(
+        took >= SYNC_TIMEOUT.mul_f64(0.9) && took < SYNC_TIMEOUT + Duration::from_secs(2),
+        "failed after about the timeout, not {took:?}"
+    );
     assert_eq!(get(&master, "{account:9}:balance").as_deref(), Some("90"));
 }

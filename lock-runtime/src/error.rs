@@ -115,7 +115,7 @@ pub enum LockError {
     /// is given back (by a task in the background, which the call waits
     /// for; sent again if that fails, as any release is; left to its lease
     /// if Redis cannot be reached) and the body did not run.
-    #[error("lock `{}`: {acked} of the {needed} replicas asked for acknowledged the lock within {timeout:?}; it is given back, and the body did not run", Shown(.key))]
+    #[error("lock `{}`: {acked} of the {needed} replicas asked for acknowledged the lock within the {timeout:?} asked for (the call took {waited:?}); it is given back, and the body did not run", Shown(.key))]
     #[non_exhaustive]
     NotReplicated {
         /// The lock's key.
@@ -124,8 +124,70 @@ pub enum LockError {
         needed: usize,
         /// How many did.
         acked: usize,
-        /// How long the call waited for them.
+        /// How long the acknowledgements were waited for (`WAIT`'s
+        /// timeout, the one given to `sync_replicas`).
         timeout: Duration,
+        /// How long the call took from its start to this error (its wait
+        /// for the lock, the request and the give-back included).
+        waited: Duration,
+    },
+
+    /// A fenced write ([`FencedWrite::run`](crate::FencedWrite::run)) with
+    /// [`sync_replicas`](crate::LockClientBuilder::sync_replicas) **ran on
+    /// the master**, but fewer replicas than asked for acknowledged it in
+    /// time. Its commands are not undone, and their replies are here: a
+    /// failover before a replica has them may lose them (and the fence's
+    /// new value). Do not send the write again as if it had not run (an
+    /// increment would count twice); treat it as done, and after a failover
+    /// read the resource back to settle whether it survived. Not retryable.
+    #[error("fenced write to `{}` ran on the master, but {acked} of the {needed} replicas asked for acknowledged it within the {timeout:?} asked for (the call took {waited:?}): it is not undone, and a failover may lose it; do not send it again as if it had not run, and read the resource back after a failover", Shown(.resource))]
+    #[non_exhaustive]
+    WriteNotReplicated {
+        /// The resource the write was for.
+        resource: String,
+        /// How many replicas had to acknowledge it.
+        needed: usize,
+        /// How many did.
+        acked: usize,
+        /// `WAIT`'s timeout (the one given to `sync_replicas`).
+        timeout: Duration,
+        /// How long the write's call took.
+        waited: Duration,
+        /// The replies of the write's commands, in order, as the master
+        /// gave them.
+        replies: Vec<redis::Value>,
+    },
+
+    /// A fenced write failed on its way or in Redis: [`ran`](LockError::WriteFailed::ran)
+    /// says what happened to its commands (none ran, some ran and stay
+    /// written, or unknown: the request may have run before its answer was
+    /// lost). The message names the resource, the node and the cause.
+    #[error("fenced write to `{}` on {node}: {}; {}", Shown(.resource), Cause(.source), .ran)]
+    #[non_exhaustive]
+    WriteFailed {
+        /// The resource the write was for.
+        resource: String,
+        /// Where it failed, as [`LockError::Backend`] names it.
+        node: String,
+        /// What happened to the write's commands.
+        ran: WriteRan,
+        /// The error the backend returned.
+        #[source]
+        source: redis::RedisError,
+    },
+
+    /// A fenced write was not sent: the write itself is not valid (no
+    /// token, a command that would reset the fence, keys in several
+    /// Cluster slots, a Redlock client, a command the embedded backend
+    /// does not carry). Nothing ran.
+    #[error("invalid fenced write to `{}`: {message}; nothing was written", Shown(.resource))]
+    #[non_exhaustive]
+    InvalidWrite {
+        /// The resource the write was for (and the command at fault, when
+        /// one is).
+        resource: String,
+        /// What is wrong with it.
+        message: &'static str,
     },
 
     /// The client was shut down ([`LockClient::shutdown`]): it takes no new
@@ -212,6 +274,40 @@ pub enum LockError {
         /// The token this write carried.
         given: u64,
     },
+}
+
+/// What happened to a fenced write's commands when it failed
+/// ([`LockError::WriteFailed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WriteRan {
+    /// None ran: the request never reached Redis, or Redis refused it
+    /// before running any command. Sending it again is safe.
+    No,
+    /// A command of the write failed in Redis (a `WRONGTYPE`, say): the
+    /// commands before it ran and stay written, it and those after it did
+    /// not. Settle what ran before sending anything again.
+    Partly,
+    /// Unknown: the request was sent, and its answer was lost (a timeout,
+    /// a dropped connection). It may have run in full. Read the resource
+    /// back before sending it again.
+    Unknown,
+}
+
+impl std::fmt::Display for WriteRan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WriteRan::No => "none of its commands ran, so it can be sent again",
+            WriteRan::Partly => {
+                "its commands before the failing one ran and stay written; settle them \
+                 before sending it again"
+            }
+            WriteRan::Unknown => {
+                "it was sent and its answer was lost, so it may have run: read the resource \
+                 back before sending it again"
+            }
+        })
+    }
 }
 
 /// Who held a lock that a call timed out waiting for
@@ -472,6 +568,19 @@ impl LockError {
         }
     }
 
+    /// The resource of the fenced write this error concerns, if it
+    /// concerns one (as given to the write; with the command at fault for
+    /// an [`InvalidWrite`](LockError::InvalidWrite) that names one).
+    pub fn resource(&self) -> Option<&str> {
+        match self {
+            LockError::Fenced { resource, .. }
+            | LockError::WriteNotReplicated { resource, .. }
+            | LockError::WriteFailed { resource, .. }
+            | LockError::InvalidWrite { resource, .. } => Some(resource),
+            _ => None,
+        }
+    }
+
     /// Whether the lock stayed held by another owner for the whole `wait`
     /// ([`LockError::Timeout`]). A `wait = 0s` call on a scheduled job's
     /// key that finds it taken ends so: that is how an instance skips a
@@ -502,7 +611,9 @@ impl LockError {
     /// - [`NoQuorum`](LockError::NoQuorum): the missing Redlock nodes may
     ///   come back;
     /// - [`NotReplicated`](LockError::NotReplicated): the replicas may catch
-    ///   up (the lock was released, the body did not run).
+    ///   up (the lock was released, the body did not run);
+    /// - [`WriteFailed`](LockError::WriteFailed) whose commands did not run
+    ///   ([`WriteRan::No`]) and whose cause is transient.
     ///
     /// Not retryable:
     /// - [`Lost`](LockError::Lost): the body ran, at least in part; whether
@@ -511,7 +622,12 @@ impl LockError {
     /// - `Backend`/`Connect` with a permanent cause: `NOPERM` (ACL),
     ///   `WRONGPASS`, `WRONGTYPE` or `LOCKLAYOUT` (the key holds something
     ///   that is not a lock of this version), an invalid URL or option;
-    /// - [`Invalid`](LockError::Invalid), [`NotInitialized`](LockError::NotInitialized),
+    /// - [`WriteNotReplicated`](LockError::WriteNotReplicated) (the write
+    ///   ran), and [`WriteFailed`](LockError::WriteFailed) whose commands ran
+    ///   in part or may have run: sending a write again that ran would apply
+    ///   it twice;
+    /// - [`Invalid`](LockError::Invalid), [`InvalidWrite`](LockError::InvalidWrite),
+    ///   [`NotInitialized`](LockError::NotInitialized),
     ///   [`AlreadyInitialized`](LockError::AlreadyInitialized): mistakes in
     ///   the program;
     /// - [`ShutDown`](LockError::ShutDown): the client will not take locks
@@ -522,6 +638,11 @@ impl LockError {
             | LockError::NoQuorum { .. }
             | LockError::NotReplicated { .. } => true,
             LockError::Backend { source, .. } | LockError::Connect(source) => is_transient(source),
+            LockError::WriteFailed {
+                source,
+                ran: WriteRan::No,
+                ..
+            } => is_transient(source),
             _ => false,
         }
     }

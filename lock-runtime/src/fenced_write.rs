@@ -9,7 +9,7 @@ use ::redis::{ToRedisArgs, Value};
 
 use crate::backend::fenced::Fenced;
 use crate::client::LockClient;
-use crate::error::LockError;
+use crate::error::{LockError, WriteRan};
 use crate::fencing::{fencing_token, fencing_token_of};
 use crate::global;
 use crate::kind::fenced::{self, Command, Written};
@@ -155,19 +155,24 @@ impl<'c> FencedWrite<'c> {
     /// in order.
     ///
     /// # Errors
-    /// [`LockError::Fenced`] when a newer token wrote the resource (nothing
-    /// ran: the caller lost its lock and must stop writing);
-    /// [`LockError::Invalid`] without a token (outside a locked body, no
-    /// [`token`](FencedWrite::token)), for a command without a name, keys
-    /// in more than one Cluster slot, a Redlock client (use
-    /// [`run_on`](FencedWrite::run_on)), or a command the embedded backend
-    /// does not carry (named in the error's key);
-    /// [`LockError::Backend`] when Redis fails, or a command fails (those
-    /// before it stay written); [`LockError::NotReplicated`] with
-    /// `sync_replicas`, when too few replicas acknowledged the write in
-    /// time (its commands ran on the master: a failover now may lose them
-    /// and the fence); [`LockError::NotInitialized`] for
-    /// [`fenced`] without an installed client.
+    /// Each says what happened to the write's commands:
+    /// - [`LockError::Fenced`] when a newer token wrote the resource
+    ///   (nothing ran: the caller lost its lock and must stop writing);
+    /// - [`LockError::InvalidWrite`] (nothing ran) without a token (outside
+    ///   a locked body, no [`token`](FencedWrite::token)), for a command
+    ///   without a name or one that could reset the fence, keys in more
+    ///   than one Cluster slot, a Redlock client (use
+    ///   [`run_on`](FencedWrite::run_on)), or a command the embedded
+    ///   backend does not carry (named in the error's resource);
+    /// - [`LockError::WriteFailed`] when Redis fails or a command fails:
+    ///   its [`WriteRan`] says whether none ran, those before the failing
+    ///   one ran, or the answer was lost after sending;
+    /// - [`LockError::WriteNotReplicated`] with `sync_replicas`, when too
+    ///   few replicas acknowledged the write in time: its commands **ran**
+    ///   on the master (their replies are in the error), and a failover now
+    ///   may lose them and the fence;
+    /// - [`LockError::NotInitialized`] for [`fenced`] without an installed
+    ///   client.
     pub async fn run(self) -> Result<Vec<Value>, LockError> {
         // The client in use, as for a locked call: the scoped one
         // (`with_client`) before the global one.
@@ -186,9 +191,11 @@ impl<'c> FencedWrite<'c> {
             .fenced_write(&self.resource, token, &self.commands)
             .await
             .map_err(|e| {
-                inner
-                    .backend
-                    .error_on_key(e, &self.resource, &inner.tag.place)
+                write_failed(
+                    inner
+                        .backend
+                        .error_on_key(e, &self.resource, &inner.tag.place),
+                )
             })?;
         self.answer(answer)
     }
@@ -202,7 +209,7 @@ impl<'c> FencedWrite<'c> {
     /// [`run`](FencedWrite::run), and `sync_replicas` does not apply.
     ///
     /// # Errors
-    /// As [`run`](FencedWrite::run), with [`LockError::Backend`] naming
+    /// As [`run`](FencedWrite::run), with [`LockError::WriteFailed`] naming
     /// the node "the connection given to run_on", and keys in several
     /// Cluster slots refused by the server (`CROSSSLOT`) rather than
     /// before sending.
@@ -213,9 +220,10 @@ impl<'c> FencedWrite<'c> {
         let token = self.checked_token()?;
         let answer = fenced::write_on(con, &self.resource, token, &self.commands)
             .await
-            .map_err(|source| LockError::Backend {
-                key: self.resource.clone(),
+            .map_err(|source| LockError::WriteFailed {
+                resource: self.resource.clone(),
                 node: "the connection given to run_on".to_owned(),
+                ran: write_ran(&source),
                 source,
             })?;
         self.answer(Fenced::Done(answer))
@@ -228,8 +236,8 @@ impl<'c> FencedWrite<'c> {
             return Err(self.invalid("a fenced write's command has no name"));
         }
         if let Some(other) = fenced::shares_fence(&self.resource) {
-            return Err(LockError::Invalid {
-                key: format!(
+            return Err(LockError::InvalidWrite {
+                resource: format!(
                     "{} (its fence key {} is the resource {other}'s too)",
                     self.resource,
                     fenced::fence_key(&self.resource)
@@ -238,8 +246,8 @@ impl<'c> FencedWrite<'c> {
             });
         }
         if let Some(name) = fenced::refused_command(&self.resource, &self.commands) {
-            return Err(LockError::Invalid {
-                key: format!("{} (command {name})", self.resource),
+            return Err(LockError::InvalidWrite {
+                resource: format!("{} (command {name})", self.resource),
                 message: REFUSED_COMMAND,
             });
         }
@@ -265,11 +273,18 @@ impl<'c> FencedWrite<'c> {
                 stored,
                 given,
             }),
-            Fenced::Done(Written::Unsynced { acked, sync }) => Err(LockError::NotReplicated {
-                key: self.resource,
+            Fenced::Done(Written::Unsynced {
+                replies,
+                acked,
+                sync,
+                took,
+            }) => Err(LockError::WriteNotReplicated {
+                resource: self.resource,
                 needed: sync.replicas,
                 acked,
                 timeout: sync.timeout,
+                waited: took,
+                replies,
             }),
             Fenced::Done(Written::ManySlots) => Err(self.invalid(
                 "a fenced write's keys are in more than one Cluster hash slot: put the \
@@ -279,18 +294,49 @@ impl<'c> FencedWrite<'c> {
                 "a fenced write on a Redlock client: it is not a quorum operation; send it \
                  with .run_on(connection) to the Redis that keeps the resource",
             )),
-            Fenced::NotEmbedded(name) => Err(LockError::Invalid {
-                key: format!("{} (command {name})", self.resource),
+            Fenced::NotEmbedded(name) => Err(LockError::InvalidWrite {
+                resource: format!("{} (command {name})", self.resource),
                 message: NOT_EMBEDDED,
             }),
         }
     }
 
     fn invalid(&self, message: &'static str) -> LockError {
-        LockError::Invalid {
-            key: self.resource.clone(),
+        LockError::InvalidWrite {
+            resource: self.resource.clone(),
             message,
         }
+    }
+}
+
+/// A fenced write's error from the backend's: a [`LockError::Backend`]
+/// becomes [`LockError::WriteFailed`], which says what ran.
+fn write_failed(error: LockError) -> LockError {
+    match error {
+        LockError::Backend { key, node, source } => LockError::WriteFailed {
+            resource: key,
+            node,
+            ran: write_ran(&source),
+            source,
+        },
+        other => other,
+    }
+}
+
+/// What happened to a fenced write's commands, by its error: refused
+/// before it was sent (a refused connection) or by the server before the
+/// script ran (an answer that is not the script's: `NOPERM` for
+/// `EVALSHA`, `READONLY`, a redirect, `BUSY`...), none; a command's error
+/// inside the script (the server words it with "script"), the commands
+/// before it; any other loss of the answer, unknown.
+fn write_ran(source: &redis::RedisError) -> WriteRan {
+    if source.is_connection_refusal() {
+        return WriteRan::No;
+    }
+    match (source.code(), source.detail()) {
+        (Some(_), Some(detail)) if detail.contains("script") => WriteRan::Partly,
+        (Some(_), _) => WriteRan::No,
+        (None, _) => WriteRan::Unknown,
     }
 }
 

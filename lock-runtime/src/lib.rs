@@ -215,7 +215,9 @@ pub use embedded::EmbeddedKeyspace;
 #[cfg(feature = "embedded-test-door")]
 #[doc(hidden)]
 pub use embedded::{EmbeddedConnection, PublishedLog, StoredValue};
-pub use error::{FoundBy, HeldBy, KindCheckCalls, KindFoundBy, LockError, LossReason, NodeFailure};
+pub use error::{
+    FoundBy, HeldBy, KindCheckCalls, KindFoundBy, LockError, LossReason, NodeFailure, WriteRan,
+};
 pub use fenced_write::{fenced, FencedWrite};
 pub use fencing::{fencing_token, fencing_token_of};
 pub use global::{client, init, with_client};

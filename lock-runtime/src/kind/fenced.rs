@@ -30,9 +30,15 @@ pub(crate) enum Written {
     Refused { stored: u64, given: u64 },
     /// The keys (the fence key's included) are in more than one hash slot.
     ManySlots,
-    /// The commands ran on the master, but fewer replicas than `sync`
-    /// asks acknowledged them in time (`acked`).
-    Unsynced { acked: usize, sync: ReplicaSync },
+    /// The commands ran on the master (their replies), but fewer replicas
+    /// than `sync` asks acknowledged them in time (`acked`); the call took
+    /// `took`.
+    Unsynced {
+        replies: Vec<Value>,
+        acked: usize,
+        sync: ReplicaSync,
+        took: std::time::Duration,
+    },
 }
 
 /// The key that keeps the highest token that wrote `resource`, in its hash
@@ -127,13 +133,22 @@ pub(crate) async fn write(
     };
     let answer = match route.sync() {
         None => route.run::<Vec<Value>>(&Lane::Home, &call).await,
-        Some(sync) => match route.run_synced(call, None).await {
-            Ok((_, acked)) if acked < sync.replicas => {
-                return Ok(Written::Unsynced { acked, sync });
+        Some(sync) => {
+            let sent = std::time::Instant::now();
+            match route.run_synced(call, None).await {
+                Ok((replies, acked)) if acked < sync.replicas => {
+                    let replies = ::redis::from_redis_value(replies).map_err(RedisError::from)?;
+                    return Ok(Written::Unsynced {
+                        replies,
+                        acked,
+                        sync,
+                        took: sent.elapsed(),
+                    });
+                }
+                Ok((replies, _)) => ::redis::from_redis_value(replies).map_err(RedisError::from),
+                Err(e) => Err(e),
             }
-            Ok((replies, _)) => ::redis::from_redis_value(replies).map_err(RedisError::from),
-            Err(e) => Err(e),
-        },
+        }
     };
     match answer {
         Ok(replies) => Ok(Written::Ran(replies)),

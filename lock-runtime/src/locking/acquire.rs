@@ -138,7 +138,7 @@ async fn take(
                 telemetry::waiting(holder_ttl, *attempts);
                 queued = true;
             }
-            Ok(answer) => return settle(client, &lane, won(key, answer, start)).await,
+            Ok(answer) => return settle(client, &lane, won(key, answer, start), start).await,
             Err(source) => return Err(failed(client, source, &key, claim.kind)),
         }
     }
@@ -155,19 +155,21 @@ async fn take(
         attempts,
     };
     let (answer, sent) = Box::pin(line.wait(start, start + wait, queued)).await?;
-    settle(client, &lane, won(key, answer, sent)).await
+    settle(client, &lane, won(key, answer, sent), start).await
 }
 
 /// The lock; or, for a hold that only `acked` replicas acknowledged (too
-/// few), the error once that hold is given back.
+/// few), the error once that hold is given back (the call began at
+/// `start`).
 async fn settle(
     client: &LockClient,
     lane: &Lane,
     (held, acked): (HeldLock, Option<usize>),
+    start: Instant,
 ) -> Result<HeldLock, LockError> {
     match acked {
         None => Ok(held),
-        Some(acked) => Err(not_replicated(client, lane, held, acked).await),
+        Some(acked) => Err(not_replicated(client, lane, held, acked, start).await),
     }
 }
 
@@ -380,6 +382,7 @@ async fn not_replicated(
     lane: &Lane,
     held: HeldLock,
     acked: usize,
+    start: Instant,
 ) -> LockError {
     let (needed, timeout) = client
         .inner
@@ -393,6 +396,7 @@ async fn not_replicated(
         needed,
         acked,
         timeout,
+        waited: start.elapsed(),
     }
 }
 

@@ -128,7 +128,9 @@ impl Set<'_> {
                     if let Some((_, ticket)) = &line {
                         ticket.asking();
                     }
-                    let asked = self.ask((&key_refs, &owner_refs), sent, deadline).await?;
+                    let asked = self
+                        .ask((&key_refs, &owner_refs), (start, sent), deadline)
+                        .await?;
                     let (index, ttl) = match asked {
                         Asked::Granted(granted) => return Ok(granted),
                         Asked::Refused { index, ttl } => (index, ttl),
@@ -176,13 +178,13 @@ impl Set<'_> {
         }
     }
 
-    /// One request for the whole set, sent at `sent`, for a call whose
-    /// wait ends at `until` (on Cluster the request follows a slot's
+    /// One request for the whole set, sent at `sent` by a call that began
+    /// at `start` and whose wait ends at `until` (on Cluster the request follows a slot's
     /// master that is changing until then).
     async fn ask(
         &self,
         keys_owners: (&[&str], &[&str]),
-        sent: Instant,
+        (start, sent): (Instant, Instant),
         until: Instant,
     ) -> Result<Asked, LockError> {
         let mut in_flight = InFlight {
@@ -204,7 +206,9 @@ impl Set<'_> {
         in_flight.armed = answer.is_err();
         match answer {
             Ok(Several::Taken(tokens)) => Ok(Asked::Granted(Granted { tokens, sent })),
-            Ok(Several::NotReplicated { acked, .. }) => Err(self.not_replicated(acked).await),
+            Ok(Several::NotReplicated { acked, .. }) => {
+                Err(self.not_replicated(acked, start).await)
+            }
             Ok(Several::Refused { index, ttl }) => Ok(Asked::Refused { index, ttl }),
             Err(source) => Err(self.failed(source)),
         }
@@ -238,7 +242,7 @@ impl Set<'_> {
 
     /// Gives back a set taken without enough replicas acknowledging it,
     /// waiting for it, and gives the caller's error.
-    async fn not_replicated(&self, acked: usize) -> LockError {
+    async fn not_replicated(&self, acked: usize, start: Instant) -> LockError {
         let (needed, timeout) = self
             .client
             .inner
@@ -250,6 +254,7 @@ impl Set<'_> {
             needed,
             acked,
             timeout,
+            waited: start.elapsed(),
         }
     }
 

@@ -549,7 +549,14 @@ impl std::fmt::Display for LossText {
                 LossReason::Expired
             ),
             (reason, _) => reason.fmt(f),
+        }?;
+        if self.1 == FoundBy::Release {
+            f.write_str(
+                " (what the body returned is dropped here: run_locked_outcome and \
+                 run_locked_all_outcome give it beside this error)",
+            )?;
         }
+        Ok(())
     }
 }
 

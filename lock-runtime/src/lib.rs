@@ -222,6 +222,7 @@ pub use fenced_write::{fenced, FencedWrite};
 pub use fencing::{fencing_token, fencing_token_of};
 pub use global::{client, init, with_client};
 pub use inspect::{ClientInfo, HeldInfo, LockHolder, LockInfo};
+pub use locking::outcome::Outcome;
 // Documented where it is defined (`lock-macros/src/attribute.md`), so that
 // rustdoc and IDE hover show the same page.
 pub use lock_macros::distributed_lock;
@@ -232,7 +233,7 @@ pub use redis;
 
 use std::future::Future;
 
-use locking::outcome::Joined;
+use locking::outcome::{Joined, Told};
 
 /// Runs `body` under the lock `key` on the global client (or, inside
 /// [`with_client`], the scoped one): the form for code that cannot use the
@@ -330,6 +331,51 @@ where
     let at = std::panic::Location::caller();
     lazy::Lazy::new(move || {
         private::run_all_as::<Joined, _, _, _>(private::keys_of_text(keys), options, body, at)
+    })
+}
+
+/// Runs `body` under the lock `key` on the client in use, lazily, as
+/// [`run_locked`], and tells the whole [`Outcome`], as
+/// [`LockClient::run_locked_outcome`]. A call polled outside any
+/// [`with_client`] scope before [`init`] is [`Outcome::NotRun`] with
+/// [`LockError::NotInitialized`].
+#[track_caller]
+pub fn run_locked_outcome<T, E, F>(
+    key: &str,
+    options: LockOptions,
+    body: F,
+) -> impl Future<Output = Outcome<T, E>>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    let key = private::key_text(key);
+    let at = std::panic::Location::caller();
+    lazy::Lazy::new(move || {
+        private::run_as::<Told, _, _, _>(private::key_of_text(key), options, body, at)
+    })
+}
+
+/// Runs `body` once every key of `keys` is held, on the client in use,
+/// lazily, as [`run_locked_all`], and tells the whole [`Outcome`], as
+/// [`LockClient::run_locked_all_outcome`].
+#[track_caller]
+pub fn run_locked_all_outcome<T, E, F, I, K>(
+    keys: I,
+    options: LockOptions,
+    body: F,
+) -> impl Future<Output = Outcome<T, E>>
+where
+    I: IntoIterator<Item = K>,
+    K: AsRef<str>,
+    F: Future<Output = Result<T, E>>,
+{
+    let keys: Vec<String> = keys
+        .into_iter()
+        .map(|key| private::key_text(key.as_ref()))
+        .collect();
+    let at = std::panic::Location::caller();
+    lazy::Lazy::new(move || {
+        private::run_all_as::<Told, _, _, _>(private::keys_of_text(keys), options, body, at)
     })
 }
 

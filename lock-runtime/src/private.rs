@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::client::{ClientRef, LockClient};
 use crate::error::LockError;
 use crate::global;
-use crate::locking::outcome::{Apart, Outcome};
+use crate::locking::outcome::{Apart, Report};
 use crate::locking::{self, Locked};
 use crate::options::LockOptions;
 
@@ -113,13 +113,13 @@ pub(crate) fn run_as<O, T, E, F>(
 ) -> Either<Locked<'static, F, T, E, O>, Ready<O::Output>>
 where
     F: Future<Output = Result<T, E>>,
-    O: Outcome<T, E>,
+    O: Report<T, E>,
 {
     match key.0 {
         Ok((client, key)) => Either::Left(locking::run_at::<O, _, _, _>(
             client, key, options, body, at,
         )),
-        Err(error) => Either::Right(std::future::ready(O::lock(error))),
+        Err(error) => Either::Right(std::future::ready(O::not_run(error))),
     }
 }
 
@@ -172,13 +172,13 @@ pub(crate) fn run_all_as<O, T, E, F>(
 ) -> impl Future<Output = O::Output>
 where
     F: Future<Output = Result<T, E>>,
-    O: Outcome<T, E>,
+    O: Report<T, E>,
 {
     match keys.0 {
         Ok((client, keys)) => Either::Left(locking::all::run_all_at::<O, _, _, _>(
             client, keys, options, body, at,
         )),
-        Err(error) => Either::Right(std::future::ready(O::lock(error))),
+        Err(error) => Either::Right(std::future::ready(O::not_run(error))),
     }
 }
 

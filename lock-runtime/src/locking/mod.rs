@@ -28,7 +28,7 @@ use crate::options::LockOptions;
 use crate::ownership;
 use crate::route::Lane;
 use crate::telemetry;
-use outcome::{Joined, Outcome};
+use outcome::{Joined, Outcome, Report, Told};
 use phase::{call_span, enter_hold, start, Phase};
 use release::{release, release_dropped, release_later, Released};
 
@@ -45,7 +45,7 @@ pub(crate) fn run<O, T, E, F>(
 ) -> Locked<'_, F, T, E, O>
 where
     F: Future<Output = Result<T, E>>,
-    O: Outcome<T, E>,
+    O: Report<T, E>,
 {
     run_at(client, key, options, body, Location::caller())
 }
@@ -61,13 +61,13 @@ pub(crate) fn run_at<'a, O, T, E, F>(
 ) -> Locked<'a, F, T, E, O>
 where
     F: Future<Output = Result<T, E>>,
-    O: Outcome<T, E>,
+    O: Report<T, E>,
 {
     Locked {
         client,
         phase: Phase::Start { key, options, at },
         span: None,
-        in_body: false,
+        in_body: BodyPolls::NotBegun,
         body: Some(body),
         outcome: PhantomData,
     }
@@ -115,6 +115,83 @@ impl LockClient {
         // is not held a second time by an extra layer.
         let key = self.full_key(format_args!("{key}"));
         run::<Joined, _, _, _>(ClientRef::Borrowed(self), key, options, body)
+    }
+}
+
+impl LockClient {
+    /// Runs `body` under the lock `key`, as [`run_locked`](Self::run_locked),
+    /// and tells the whole [`Outcome`]: whether the body ran, ran to its
+    /// end and what it returned, and whether the lock held throughout. Where
+    /// `run_locked` gives only the lock's error, this keeps what a body that
+    /// ran to its end returned ([`Outcome::RanButLost`]), and tells a body
+    /// stopped part-way ([`Outcome::Stopped`]) from one that never began
+    /// ([`Outcome::NotRun`]). No bound on `E`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// use lock_runtime::{LockClient, LockOptions, Outcome};
+    ///
+    /// let client = LockClient::in_memory();
+    /// let outcome = client
+    ///     .run_locked_outcome("transfer:42", LockOptions::new(), async {
+    ///         Ok::<_, String>("debited")
+    ///     })
+    ///     .await;
+    /// match outcome {
+    ///     Outcome::Held(result) => assert_eq!(result, Ok("debited")),
+    ///     // The body's result, and why the lock may not have held to its end.
+    ///     Outcome::RanButLost { body, error } => eprintln!("{body:?}, but {error}"),
+    ///     // Part of the body may have run: settle it before trying again.
+    ///     Outcome::Stopped(error) => eprintln!("stopped: {error}"),
+    ///     // Nothing ran: safe to call again if the error is retryable.
+    ///     Outcome::NotRun(error) => eprintln!("not run: {error}"),
+    ///     _ => unreachable!("no other case today"),
+    /// }
+    /// # }
+    /// ```
+    #[track_caller]
+    pub fn run_locked_outcome<'a, T, E, F>(
+        &'a self,
+        key: &str,
+        options: LockOptions,
+        body: F,
+    ) -> impl std::future::Future<Output = Outcome<T, E>> + 'a
+    where
+        F: std::future::Future<Output = Result<T, E>> + 'a,
+        E: 'a,
+        T: 'a,
+    {
+        let key = self.full_key(format_args!("{key}"));
+        run::<Told, _, _, _>(ClientRef::Borrowed(self), key, options, body)
+    }
+
+    /// Runs `body` once every key of `keys` is held, as
+    /// [`run_locked_all`](Self::run_locked_all), and tells the whole
+    /// [`Outcome`], as [`run_locked_outcome`](Self::run_locked_outcome)
+    /// does: a transfer between two accounts learns whether its body ran
+    /// to its end, and what it returned, even when a key's release could
+    /// not be confirmed.
+    #[track_caller]
+    pub fn run_locked_all_outcome<'a, T, E, F, I, K>(
+        &'a self,
+        keys: I,
+        options: LockOptions,
+        body: F,
+    ) -> impl std::future::Future<Output = Outcome<T, E>> + 'a
+    where
+        I: IntoIterator<Item = K>,
+        K: AsRef<str>,
+        F: std::future::Future<Output = Result<T, E>> + 'a,
+        E: 'a,
+        T: 'a,
+    {
+        let keys = keys
+            .into_iter()
+            .map(|key| self.full_key(format_args!("{}", key.as_ref())))
+            .collect();
+        let at = Location::caller();
+        all::run_all_at::<Told, _, _, _>(ClientRef::Borrowed(self), keys, options, body, at)
     }
 }
 
@@ -196,9 +273,9 @@ pin_project! {
         // dropped. `None` while no subscriber records it, so that the call
         // keeps one word for it.
         span: Option<Box<Span>>,
-        // Set while the body is polled: a call dropped with it set was
-        // dropped because the body panicked.
-        in_body: bool,
+        // Whether the body began, and whether it is being polled: a call
+        // dropped while it is was dropped because the body panicked.
+        in_body: BodyPolls,
         // `None` once the call has ended, or the lock was lost.
         #[pin]
         body: Option<F>,
@@ -229,11 +306,24 @@ pin_project! {
                 _ => return,
             };
             this.client.inner.registry.unregister(held.id);
-            telemetry::dropped_while_held(&held, *this.in_body);
+            telemetry::dropped_while_held(&held, *this.in_body == BodyPolls::InPoll);
             let span = this.span.as_deref().cloned().unwrap_or_else(Span::none);
             release_dropped(this.client, held, span);
         }
     }
+}
+
+/// Where the body is: not polled yet, in a poll, or begun (polled, and
+/// between polls).
+#[derive(Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum BodyPolls {
+    /// Never polled.
+    #[default]
+    NotBegun,
+    /// In a poll.
+    InPoll,
+    /// Polled at least once, and not in a poll now.
+    Begun,
 }
 
 /// What one poll of the body under the lock came to.
@@ -247,7 +337,7 @@ enum Step<T, E> {
 impl<F, T, E, O> Future for Locked<'_, F, T, E, O>
 where
     F: Future<Output = Result<T, E>>,
-    O: Outcome<T, E>,
+    O: Report<T, E>,
 {
     type Output = O::Output;
 
@@ -290,7 +380,7 @@ fn begin<'a, O, T, E, F>(
     body: Pin<&mut Option<F>>,
 ) -> ControlFlow<O::Output>
 where
-    O: Outcome<T, E>,
+    O: Report<T, E>,
 {
     let Phase::Start { key, options, at } = mem::replace(phase, Phase::Done) else {
         unreachable!()
@@ -312,7 +402,7 @@ fn poll_acquiring<'a, O, T, E, F>(
     cx: &mut Context<'_>,
 ) -> Poll<ControlFlow<O::Output>>
 where
-    O: Outcome<T, E>,
+    O: Report<T, E>,
 {
     let Phase::Acquiring(acquiring) = phase else {
         unreachable!()
@@ -335,7 +425,7 @@ fn poll_turning<O, T, E, F>(
     cx: &mut Context<'_>,
 ) -> Poll<ControlFlow<O::Output>>
 where
-    O: Outcome<T, E>,
+    O: Report<T, E>,
 {
     let Phase::Turning(turning) = phase else {
         unreachable!()
@@ -356,11 +446,11 @@ fn fail<O, T, E, F>(
     error: LockError,
 ) -> ControlFlow<O::Output>
 where
-    O: Outcome<T, E>,
+    O: Report<T, E>,
 {
     *phase = Phase::Done;
     body.set(None);
-    ControlFlow::Break(O::lock(error))
+    ControlFlow::Break(O::not_run(error))
 }
 
 /// The body runs under the lock held around the call, in its turn; the
@@ -368,12 +458,12 @@ where
 fn poll_reentered<O, T, E, F>(
     phase: &mut Phase<'_, T, E>,
     mut body: Pin<&mut Option<F>>,
-    in_body: &mut bool,
+    in_body: &mut BodyPolls,
     cx: &mut Context<'_>,
 ) -> Poll<ControlFlow<O::Output>>
 where
     F: Future<Output = Result<T, E>>,
-    O: Outcome<T, E>,
+    O: Report<T, E>,
 {
     let Phase::Reentered(frame) = phase else {
         unreachable!()
@@ -383,8 +473,9 @@ where
     // at its next poll.
     let step = ready!(poll_in(frame, body.as_mut(), in_body, cx));
     let result = match step {
-        Step::Returned(result) => O::body(result),
-        Step::Lost(loss) => O::lock(lost(frame.held(), loss)),
+        Step::Returned(result) => O::held(result),
+        Step::Lost(loss) if *in_body == BodyPolls::Begun => O::stopped(lost(frame.held(), loss)),
+        Step::Lost(loss) => O::not_run(lost(frame.held(), loss)),
     };
     let Phase::Reentered(frame) = mem::replace(phase, Phase::Done) else {
         unreachable!()
@@ -401,12 +492,12 @@ fn poll_holding<'a, O, T, E, F>(
     client: &ClientRef<'a>,
     phase: &mut Phase<'a, T, E>,
     mut body: Pin<&mut Option<F>>,
-    in_body: &mut bool,
+    in_body: &mut BodyPolls,
     cx: &mut Context<'_>,
 ) -> Poll<ControlFlow<O::Output>>
 where
     F: Future<Output = Result<T, E>>,
-    O: Outcome<T, E>,
+    O: Report<T, E>,
 {
     let Phase::Holding(frame) = phase else {
         unreachable!()
@@ -421,16 +512,21 @@ where
     let held = frame.into_held();
     body.set(None);
     client.inner.registry.unregister(held.id);
-    let loss = match step {
+    let (result, loss) = match step {
         Step::Returned(result) if !held.is_lost() => {
             *phase = releasing(client, held, result);
             return Poll::Ready(ControlFlow::Continue(()));
         }
-        // Lost while the body ran its last poll.
-        Step::Returned(_) => held.check_now().unwrap_or(Loss::TAKEN),
-        Step::Lost(loss) => loss,
+        // Lost while the body ran its last poll: it ran to its end.
+        Step::Returned(result) => (Some(result), held.check_now().unwrap_or(Loss::TAKEN)),
+        Step::Lost(loss) => (None, loss),
     };
-    Poll::Ready(ControlFlow::Break(O::lock(on_loss(client, held, loss))))
+    let error = on_loss(client, held, loss);
+    Poll::Ready(ControlFlow::Break(match result {
+        Some(result) => O::ran_but_lost(result, error),
+        None if *in_body == BodyPolls::Begun => O::stopped(error),
+        None => O::not_run(error),
+    }))
 }
 
 /// The phase that gives `held` back, after its body returned `result`.
@@ -458,7 +554,7 @@ fn poll_releasing<O, T, E>(
     cx: &mut Context<'_>,
 ) -> Poll<ControlFlow<O::Output>>
 where
-    O: Outcome<T, E>,
+    O: Report<T, E>,
 {
     let Phase::Releasing { releasing, .. } = phase else {
         unreachable!()
@@ -473,19 +569,24 @@ where
 }
 
 /// One poll of the body in `frame`'s scope (see [`watch`]), with `in_body`
-/// set while it runs.
+/// [`BodyPolls::InPoll`] while it runs, and [`BodyPolls::Begun`] after it
+/// (unless the lock was found lost before the poll).
 fn poll_in<T, E, F>(
     frame: &Frame,
     body: Pin<&mut Option<F>>,
-    in_body: &mut bool,
+    in_body: &mut BodyPolls,
     cx: &mut Context<'_>,
 ) -> Poll<Step<T, E>>
 where
     F: Future<Output = Result<T, E>>,
 {
-    *in_body = true;
+    let before = *in_body;
+    *in_body = BodyPolls::InPoll;
     let polled = ownership::within(frame, || watch(frame, body, cx));
-    *in_body = false;
+    *in_body = match polled {
+        Poll::Ready(Step::Lost(_)) => before,
+        _ => BodyPolls::Begun,
+    };
     polled
 }
 
@@ -536,23 +637,23 @@ fn on_loss(client: &LockClient, held: Arc<HeldLock>, loss: Loss) -> LockError {
 /// The call's result, once the lock is given back: the body's, unless the
 /// release showed that the lock was not held to the end, which matters more
 /// than what the body returned.
-fn finish<O: Outcome<T, E>, T, E>(
+fn finish<O: Report<T, E>, T, E>(
     held: &HeldLock,
     result: Result<T, E>,
     released: Released,
 ) -> O::Output {
     if let Released::Refused(error) = released {
         // It reached Redis, which refused it: what it was, not a loss.
-        return O::lock(*error);
+        return O::ran_but_lost(result, *error);
     }
     let Some(reason) = released.loss(held) else {
         telemetry::released(held);
-        return O::body(result);
+        return O::held(result);
     };
     let loss = Loss::new(reason, FoundBy::Release);
     // Marked as every loss is, so that the hold's listeners hear it; the
     // caller is told what the release found.
     held.lose(loss);
     telemetry::lost(held, loss);
-    O::lock(lost(held, loss))
+    O::ran_but_lost(result, lost(held, loss))
 }

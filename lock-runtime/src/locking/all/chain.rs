@@ -12,7 +12,7 @@ use std::task::Poll;
 use futures_util::future::join_all;
 use tracing::Span;
 
-use super::super::outcome::Outcome;
+use super::super::outcome::Report;
 use super::super::release::{release, release_dropped, release_later, Released};
 use crate::client::LockClient;
 use crate::error::{FoundBy, LockError};
@@ -94,13 +94,16 @@ impl<'c> Chain<'c> {
     pub(super) async fn run<O, T, E, F>(mut self, body: F) -> O::Output
     where
         F: Future<Output = Result<T, E>>,
-        O: Outcome<T, E>,
+        O: Report<T, E>,
     {
         let innermost = self.top().expect("a call holds at least one key");
         let mut scoped = Scoped {
             frame: innermost.clone(),
             body: Some(Box::pin(body)),
         };
+        // Whether the body was polled: a loss found before its first poll
+        // means it never began.
+        let began = AtomicBool::new(false);
         let step = poll_fn(|cx| {
             for held in &self.taken {
                 held.wake_on_loss(cx.waker());
@@ -114,6 +117,7 @@ impl<'c> Chain<'c> {
             self.in_body.store(true, Ordering::Relaxed);
             let polled = ownership::within(&innermost, || body.as_mut().poll(cx));
             self.in_body.store(false, Ordering::Relaxed);
+            began.store(true, Ordering::Relaxed);
             polled.map(Ok)
         })
         .await;
@@ -122,16 +126,20 @@ impl<'c> Chain<'c> {
         self.end_frames();
         let result = match step {
             Ok(result) => result,
-            Err((held, loss)) => return O::lock(self.lost(&held, loss)),
+            Err((held, loss)) if began.load(Ordering::Relaxed) => {
+                return O::stopped(self.lost(&held, loss))
+            }
+            Err((held, loss)) => return O::not_run(self.lost(&held, loss)),
         };
+        // Lost while the body ran its last poll: it ran to its end.
         if let Some(held) = self.taken.iter().find(|held| held.is_lost()) {
             let held = held.clone();
             let loss = held.check_now().unwrap_or(Loss::TAKEN);
-            return O::lock(self.lost(&held, loss));
+            return O::ran_but_lost(result, self.lost(&held, loss));
         }
         match self.release_all().await {
-            None => O::body(result),
-            Some(error) => O::lock(error),
+            None => O::held(result),
+            Some(error) => O::ran_but_lost(result, error),
         }
     }
 

@@ -15,7 +15,7 @@ use std::panic::Location;
 
 use tracing::{Instrument, Span};
 
-use super::outcome::Outcome;
+use super::outcome::Report;
 use super::phase::{admit, call_span, note_kind, wait_turn};
 use crate::client::{ClientRef, LockClient};
 use crate::error::{KindFoundBy, LockError};
@@ -39,7 +39,7 @@ pub(crate) async fn run_all_at<O, T, E, F>(
 ) -> O::Output
 where
     F: Future<Output = Result<T, E>>,
-    O: Outcome<T, E>,
+    O: Report<T, E>,
 {
     let keys = distinct(keys);
     let span = call_span(&client, &keys.join(", "), &options).map_or_else(Span::none, |span| *span);
@@ -47,7 +47,7 @@ where
         let mut chain = Chain::new(&client);
         match enter(&client, keys, &options, at, &mut chain).await {
             Ok(()) => chain.run::<O, T, E, F>(body).await,
-            Err(error) => O::lock(error),
+            Err(error) => O::not_run(error),
         }
     };
     run.instrument(span).await

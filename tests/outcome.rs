@@ -1,0 +1,185 @@
+//! `run_locked_outcome` and `run_locked_all_outcome` tell each way a call
+//! ends apart: the body held throughout, ran to its end and then the lock
+//! was found lost (its result kept), stopped part-way, or never began;
+//! `run_locked` keeps its `Err(Lost)` and says where the result went.
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_runtime::{FoundBy, LockClient, LockError, LockOptions, LossReason, Outcome};
+use support::RedisServer;
+
+async fn client_on(server: &RedisServer) -> LockClient {
+    LockClient::connect(&server.url()).await.expect("connect")
+}
+
+/// Deletes `key` behind the holder's back, as an operator or a restart
+/// without persistence would.
+fn delete(server: &RedisServer, key: &str) {
+    let _: i64 = redis::cmd("DEL")
+        .arg(key)
+        .query(&mut server.connection())
+        .expect("DEL");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_held_throughout_gives_its_result() {
+    let client = LockClient::in_memory();
+    let outcome = client
+        .run_locked_outcome("o:held", LockOptions::new(), async { Ok::<_, String>(7) })
+        .await;
+    assert!(matches!(outcome, Outcome::Held(Ok(7))), "{outcome:?}");
+    assert!(outcome.error().is_none() && outcome.body_began());
+    // A body's own error is its result too: the lock held.
+    let outcome = client
+        .run_locked_outcome("o:held", LockOptions::new(), async {
+            Err::<u8, _>("no funds")
+        })
+        .await;
+    assert!(
+        matches!(outcome, Outcome::Held(Err("no funds"))),
+        "{outcome:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_never_began_is_not_run() {
+    let client = LockClient::in_memory();
+    let ran = Arc::new(AtomicBool::new(false));
+    // Another task of the client holds the key.
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel();
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let holder = tokio::spawn({
+        let client = client.clone();
+        async move {
+            client
+                .run_locked("o:busy", LockOptions::new(), async move {
+                    let _ = held_tx.send(());
+                    let _ = done_rx.await;
+                    Ok::<_, LockError>(())
+                })
+                .await
+        }
+    });
+    held_rx.await.expect("held");
+    let flag = ran.clone();
+    let outcome = client
+        .run_locked_outcome("o:busy", LockOptions::new().wait(Duration::ZERO), async move {
+            flag.store(true, Ordering::SeqCst);
+            Ok::<_, LockError>(())
+        })
+        .await;
+    let _ = done_tx.send(());
+    holder.await.expect("joined").expect("the holder's call");
+    match &outcome {
+        Outcome::NotRun(error) => assert!(error.is_timeout(), "{error}"),
+        other => panic!("expected NotRun, got {other:?}"),
+    }
+    assert!(!outcome.body_began() && outcome.body().is_none());
+    assert!(!ran.load(Ordering::SeqCst), "the body ran");
+    // No client: not run either.
+    let outcome =
+        lock_runtime::run_locked_outcome("o:none", LockOptions::new(), async { Ok::<_, ()>(()) })
+            .await;
+    assert!(
+        matches!(outcome, Outcome::NotRun(LockError::NotInitialized)),
+        "{outcome:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_stopped_on_loss_is_stopped() {
+    let client = LockClient::in_memory();
+    let began = tokio::sync::Notify::new();
+    let call = client.run_locked_outcome("o:stop", LockOptions::new(), async {
+        began.notify_one();
+        std::future::pending::<()>().await;
+        Ok::<_, LockError>(())
+    });
+    let free = async {
+        began.notified().await;
+        client.force_unlock("o:stop").await.expect("freed");
+    };
+    let (outcome, ()) = tokio::join!(call, free);
+    match &outcome {
+        Outcome::Stopped(LockError::Lost { found_by, .. }) => {
+            assert_eq!(*found_by, FoundBy::ForceUnlock)
+        }
+        other => panic!("expected Stopped, got {other:?}"),
+    }
+    assert!(outcome.body_began() && outcome.body().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_ran_to_its_end_keeps_its_result_when_the_release_finds_the_lock_gone() {
+    let server = RedisServer::start();
+    let client = client_on(&server).await;
+    let outcome = client
+        .run_locked_outcome("o:gone", LockOptions::new(), async {
+            delete(&server, "lock:o:gone");
+            Ok::<_, LockError>("debit applied, credit failed")
+        })
+        .await;
+    match &outcome {
+        Outcome::RanButLost {
+            body: Ok(said),
+            error: LockError::Lost { found_by, .. },
+        } => {
+            assert_eq!(*said, "debit applied, credit failed");
+            assert_eq!(*found_by, FoundBy::Release);
+        }
+        other => panic!("expected RanButLost, got {other:?}"),
+    }
+    // run_locked keeps its answer, and says where the result went.
+    let error = client
+        .run_locked("o:gone", LockOptions::new(), async {
+            delete(&server, "lock:o:gone");
+            Ok::<_, LockError>(1)
+        })
+        .await
+        .expect_err("lost at the release");
+    assert!(
+        matches!(
+            error,
+            LockError::Lost {
+                reason: LossReason::Taken,
+                found_by: FoundBy::Release,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("run_locked_outcome"), "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_that_ran_to_its_end_keeps_its_result_when_a_release_finds_a_key_gone() {
+    let server = RedisServer::start();
+    let client = client_on(&server).await;
+    let keys = ["acct:{1}", "acct:{2}"];
+    let outcome = client
+        .run_locked_all_outcome(keys, LockOptions::new(), async {
+            delete(&server, "lock:acct:{2}");
+            Ok::<_, LockError>(40)
+        })
+        .await;
+    match &outcome {
+        Outcome::RanButLost {
+            body: Ok(40),
+            error: LockError::Lost { key, found_by, .. },
+        } => {
+            assert_eq!(key, "lock:acct:{2}");
+            assert_eq!(*found_by, FoundBy::Release);
+        }
+        other => panic!("expected RanButLost, got {other:?}"),
+    }
+    // Held throughout, the set gives the body's result.
+    let outcome = lock_runtime::with_client(
+        client.clone(),
+        lock_runtime::run_locked_all_outcome(keys, LockOptions::new(), async { Ok::<_, ()>(41) }),
+    )
+    .await;
+    assert!(matches!(outcome, Outcome::Held(Ok(41))), "{outcome:?}");
+}

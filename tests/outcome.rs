@@ -66,10 +66,14 @@ async fn a_body_that_never_began_is_not_run() {
     held_rx.await.expect("held");
     let flag = ran.clone();
     let outcome = client
-        .run_locked_outcome("o:busy", LockOptions::new().wait(Duration::ZERO), async move {
-            flag.store(true, Ordering::SeqCst);
-            Ok::<_, LockError>(())
-        })
+        .run_locked_outcome(
+            "o:busy",
+            LockOptions::new().wait(Duration::ZERO),
+            async move {
+                flag.store(true, Ordering::SeqCst);
+                Ok::<_, LockError>(())
+            },
+        )
         .await;
     let _ = done_tx.send(());
     holder.await.expect("joined").expect("the holder's call");
@@ -182,4 +186,51 @@ async fn a_set_that_ran_to_its_end_keeps_its_result_when_a_release_finds_a_key_g
     )
     .await;
     assert!(matches!(outcome, Outcome::Held(Ok(41))), "{outcome:?}");
+}
+
+/// A function that declares `Outcome<T, E>` gets the whole answer from the
+/// attribute; its body returns `Result<T, E>` as any locked body does.
+#[lock_runtime::distributed_lock(key = "attr:<id>", client = client)]
+async fn settle(client: &LockClient, id: u32, erase: Option<&RedisServer>) -> Outcome<u32, String> {
+    if let Some(server) = erase {
+        delete(server, &format!("lock:attr:{id}"));
+    }
+    if id == 0 {
+        return Err("no account 0".to_owned());
+    }
+    Ok(id * 10)
+}
+
+#[lock_runtime::distributed_lock(keys = ["attr:<from>", "attr:<to>"])]
+async fn move_all(from: u32, to: u32) -> lock_runtime::Outcome<(u32, u32), LockError> {
+    Ok((from, to))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_attribute_gives_the_outcome_to_a_function_that_declares_it() {
+    let server = RedisServer::start();
+    let client = client_on(&server).await;
+    assert!(matches!(
+        settle(&client, 4, None).await,
+        Outcome::Held(Ok(40))
+    ));
+    let refused = settle(&client, 0, None).await;
+    assert!(
+        matches!(&refused, Outcome::Held(Err(e)) if e == "no account 0"),
+        "{refused:?}"
+    );
+    match settle(&client, 5, Some(&server)).await {
+        Outcome::RanButLost {
+            body: Ok(50),
+            error,
+        } => assert!(error.is_lost(), "{error}"),
+        other => panic!("expected RanButLost, got {other:?}"),
+    }
+    let moved = lock_runtime::with_client(client.clone(), move_all(1, 2)).await;
+    assert!(matches!(moved, Outcome::Held(Ok((1, 2)))), "{moved:?}");
+    // Without a client: not run, and no From<LockError> needed.
+    assert!(matches!(
+        move_all(3, 4).await,
+        Outcome::NotRun(LockError::NotInitialized)
+    ));
 }

@@ -125,7 +125,11 @@ fn not_a_function(item: &TokenStream) -> Option<syn::Error> {
 struct Checked {
     args: Args,
     rewritten: Option<AsyncTraitFn>,
+    /// The body's type: the declared return type, or `Result<T, E>` for a
+    /// declared `Outcome<T, E>`.
     return_type: Type,
+    /// Whether the function returns `Outcome<T, E>` (see [`outcome_result`]).
+    told: bool,
     keys: Vec<Key>,
 }
 
@@ -157,7 +161,7 @@ fn validate(args: TokenStream, function: &ItemFn) -> syn::Result<Checked> {
         keys.extend(errors.keep(key));
     }
     errors.finish()?;
-    let Some(return_type) = return_type else {
+    let Some((return_type, told)) = return_type else {
         unreachable!("a missing part always leaves an error");
     };
     if let Some(renamed) = rewritten.as_ref().and_then(|f| f.renamed_self.as_ref()) {
@@ -169,6 +173,7 @@ fn validate(args: TokenStream, function: &ItemFn) -> syn::Result<Checked> {
         args,
         rewritten,
         return_type,
+        told,
         keys,
     })
 }
@@ -179,6 +184,7 @@ fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
         args,
         rewritten,
         return_type,
+        told,
         keys,
     } = validate(args, &function)?;
     let renamed_self = rewritten.as_ref().and_then(|f| f.renamed_self.as_ref());
@@ -205,7 +211,7 @@ fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
         client_arg,
         key_fn,
         run_fn,
-    } = calls(&args, &key_krate, &krate, call_span, renamed_self);
+    } = calls(&args, &key_krate, &krate, (call_span, told), renamed_self);
     let render = render_keys(key_fn, client_arg.clone(), &args, keys, &rendered);
     let label = label(&args);
     let set_options = options_statement(&krate, &args, &label, &options, renamed_self);
@@ -229,9 +235,17 @@ fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
             }
         },
     };
-    let run = quote_spanned! {call_span=>
-        let #locked = #run_fn(#client_arg #rendered, #options, #body);
-        #krate::__private::finish(#locked.await)
+    // An `Outcome<T, E>` is the call's own answer: no conversion, no bound.
+    let run = if told {
+        quote_spanned! {call_span=>
+            let #locked = #run_fn(#client_arg #rendered, #options, #body);
+            #locked.await
+        }
+    } else {
+        quote_spanned! {call_span=>
+            let #locked = #run_fn(#client_arg #rendered, #options, #body);
+            #krate::__private::finish(#locked.await)
+        }
     };
     let locked_body = quote! {
         #pick_client
@@ -260,8 +274,9 @@ fn expand(args: TokenStream, function: ItemFn) -> syn::Result<TokenStream> {
 }
 
 /// Checks that the function is an `async fn` (or one that `#[async_trait]`
-/// rewrote), not `const`, returning a `Result`; gives the return type.
-fn check_signature(sig: &Signature, rewritten: Option<&AsyncTraitFn>) -> syn::Result<Type> {
+/// rewrote), not `const`, returning a `Result` (or, not under async-trait,
+/// an `Outcome<T, E>`); gives the body's type, and whether it is told.
+fn check_signature(sig: &Signature, rewritten: Option<&AsyncTraitFn>) -> syn::Result<(Type, bool)> {
     let mut errors = Errors::default();
     if let Some(constness) = &sig.constness {
         errors.push(syn::Error::new_spanned(
@@ -279,7 +294,7 @@ fn check_signature(sig: &Signature, rewritten: Option<&AsyncTraitFn>) -> syn::Re
             ));
         }
         errors.finish()?;
-        return Ok(rewritten.output.clone());
+        return Ok((rewritten.output.clone(), false));
     }
     if sig.asyncness.is_none() {
         errors.push(syn::Error::new_spanned(
@@ -289,7 +304,10 @@ fn check_signature(sig: &Signature, rewritten: Option<&AsyncTraitFn>) -> syn::Re
         ));
     }
     let return_type = match &sig.output {
-        ReturnType::Type(_, ty) if returns_result(ty) => Some((**ty).clone()),
+        ReturnType::Type(_, ty) if returns_result(ty) => Some(((**ty).clone(), false)),
+        ReturnType::Type(_, ty) if outcome_result(ty).is_some() => {
+            outcome_result(ty).map(|result| (result, true))
+        }
         ReturnType::Type(_, ty) => {
             errors.push(syn::Error::new_spanned(
                 ty,
@@ -311,6 +329,36 @@ fn check_signature(sig: &Signature, rewritten: Option<&AsyncTraitFn>) -> syn::Re
     };
     errors.finish()?;
     Ok(return_type.expect("no error means a return type"))
+}
+
+/// For a return type `Outcome<T, E>` (a path whose last segment is
+/// `Outcome` with two type arguments, such as `lock_runtime::Outcome<T,
+/// E>`), the body's type `Result<T, E>`: the body returns what it always
+/// does, and the call tells how it ended (`run_locked_outcome`'s answer).
+fn outcome_result(ty: &Type) -> Option<Type> {
+    let Type::Path(path) = ty else {
+        return None;
+    };
+    let last = path.path.segments.last()?;
+    if path.qself.is_some() || last.ident != "Outcome" {
+        return None;
+    }
+    let syn::PathArguments::AngleBracketed(generics) = &last.arguments else {
+        return None;
+    };
+    let types: Vec<&Type> = generics
+        .args
+        .iter()
+        .filter_map(|arg| match arg {
+            syn::GenericArgument::Type(ty) => Some(ty),
+            _ => None,
+        })
+        .collect();
+    let [ok, err] = types[..] else {
+        return None;
+    };
+    let span = ty.span();
+    Some(syn::parse_quote_spanned!(span=> ::core::result::Result<#ok, #err>))
 }
 
 /// Whether `ty` looks like a `Result`: a path whose last segment is `Result`
@@ -346,12 +394,13 @@ struct Calls {
 }
 
 /// The calls for the global client, or for `client = expr` (evaluated once,
-/// before the key: with it, the key and the call take `&__client` first).
+/// before the key: with it, the key and the call take `&__client` first);
+/// `told`: the forms that give an `Outcome`.
 fn calls(
     args: &Args,
     key_krate: &TokenStream,
     krate: &TokenStream,
-    call_span: Span,
+    (call_span, told): (Span, bool),
     renamed_self: Option<&syn::Ident>,
 ) -> Calls {
     let (key_name, run_name) = match (&args.keys, &args.client) {
@@ -361,7 +410,13 @@ fn calls(
         (Some(_), Some(_)) => ("keys_on", "run_locked_all_on"),
     };
     let key_name = syn::Ident::new(key_name, Span::call_site());
-    let run_name = syn::Ident::new(run_name, call_span);
+    // `run_locked_told` and the like give the whole `Outcome`.
+    let run_name = if told {
+        format!("{run_name}_told")
+    } else {
+        run_name.to_owned()
+    };
+    let run_name = syn::Ident::new(&run_name, call_span);
     let key_fn = quote!(#key_krate::__private::#key_name);
     let run_fn = quote_spanned!(call_span=> #krate::__private::#run_name);
     let Some(expr) = &args.client else {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::client::{ClientRef, LockClient};
 use crate::error::LockError;
 use crate::global;
-use crate::locking::outcome::{Apart, Report};
+use crate::locking::outcome::{Apart, Outcome, Report, Told};
 use crate::locking::{self, Locked};
 use crate::options::LockOptions;
 
@@ -203,6 +203,66 @@ where
 {
     let at = Location::caller();
     locking::all::run_all_at::<Apart, _, _, _>(ClientRef::Borrowed(client), keys, options, body, at)
+}
+
+/// [`run_locked`], for a function that returns [`Outcome`]: the call's
+/// whole answer, no conversion.
+#[track_caller]
+pub fn run_locked_told<T, E, F>(
+    key: Key,
+    options: LockOptions,
+    body: F,
+) -> impl Future<Output = Outcome<T, E>>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    run_as::<Told, _, _, _>(key, options, body, Location::caller())
+}
+
+/// [`run_locked_all`], for a function that returns [`Outcome`].
+#[track_caller]
+pub fn run_locked_all_told<T, E, F>(
+    keys: Keys,
+    options: LockOptions,
+    body: F,
+) -> impl Future<Output = Outcome<T, E>>
+where
+    F: Future<Output = Result<T, E>>,
+{
+    run_all_as::<Told, _, _, _>(keys, options, body, Location::caller())
+}
+
+/// [`run_locked_on`], for a function that returns [`Outcome`].
+#[track_caller]
+pub fn run_locked_on_told<'a, T, E, F>(
+    client: &'a LockClient,
+    key: String,
+    options: LockOptions,
+    body: F,
+) -> impl Future<Output = Outcome<T, E>> + 'a
+where
+    F: Future<Output = Result<T, E>> + 'a,
+    E: 'a,
+    T: 'a,
+{
+    locking::run::<Told, _, _, _>(ClientRef::Borrowed(client), key, options, body)
+}
+
+/// [`run_locked_all_on`], for a function that returns [`Outcome`].
+#[track_caller]
+pub fn run_locked_all_on_told<'a, T, E, F>(
+    client: &'a LockClient,
+    keys: Vec<String>,
+    options: LockOptions,
+    body: F,
+) -> impl Future<Output = Outcome<T, E>> + 'a
+where
+    F: Future<Output = Result<T, E>> + 'a,
+    E: 'a,
+    T: 'a,
+{
+    let at = Location::caller();
+    locking::all::run_all_at::<Told, _, _, _>(ClientRef::Borrowed(client), keys, options, body, at)
 }
 
 /// What a `<placeholder>` rendered with `Display` needs; every `Display`

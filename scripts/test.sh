@@ -146,14 +146,15 @@ if [ "$load" -gt 0 ]; then
 fi
 
 # The tests run on these families; the heavy ones (sentinel, cluster,
-# replicas, kinds_deployments) run their tests one at a time by themselves.
+# cluster_recovery, replicas, kinds_deployments) run their tests one at a
+# time by themselves.
 # `--workspace` as in the first stage: the same features, so the same test
 # binaries, not a second build.
 family_tests=(ownership loss fencing scripts wait_timeout cancellation mutual_exclusion
   reentrancy watchdog redlock acl errors operate replicas sentinel cluster cluster_wakeup
   kinds_scripts kinds kinds_deployments kinds_rules several_keys several_rules
   embedded_differential hold_at_least scheduled_processes leader fenced fenced_processes
-  election_processes coalescing hold_end)
+  election_processes coalescing hold_end cluster_recovery)
 family_args=()
 for test in "${family_tests[@]}"; do family_args+=(--test "$test"); done
 # Tests of those binaries that run in the first stage only: their resource is
@@ -189,9 +190,9 @@ mapfile -d '' family_cargo < <(family_cargo_args "$@")
 # them). What it adds to a run, measured on 2 cores:
 # 8.5 min the first time (4 min building every dependency), then about
 # 7 min: the copy and `cargo update` a few seconds, building the
-# workspace's changed crates again up to 2 min, the tests 4.5 min (3.5 of
-# them tests/cluster.rs).
-fresh_tests=(cluster cluster_wakeup replicas sentinel)
+# workspace's changed crates again up to 2 min, the tests 5.5 min (3.5 of
+# them tests/cluster.rs, 1 tests/cluster_recovery.rs).
+fresh_tests=(cluster cluster_wakeup cluster_recovery replicas sentinel)
 fresh_dir="${LOCK_TEST_FRESH_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/lock-test-fresh/$(pwd -P | cksum | cut -d' ' -f1)}"
 fresh_cargo=()
 for test in "${fresh_tests[@]}"; do fresh_cargo+=(--test "$test"); done

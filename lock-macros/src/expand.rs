@@ -285,7 +285,14 @@ fn check_signature(sig: &Signature, rewritten: Option<&AsyncTraitFn>) -> syn::Re
         ));
     }
     if let Some(rewritten) = rewritten {
-        if !returns_result(&rewritten.output) {
+        if named_outcome(&rewritten.output) {
+            errors.push(syn::Error::new_spanned(
+                &rewritten.output,
+                "`#[distributed_lock]` gives an `Outcome` only to a plain `async fn`, not to an \
+                 `#[async_trait]` method: return `Result<T, E>` here, or call \
+                 `run_locked_outcome` in the method's body",
+            ));
+        } else if !returns_result(&rewritten.output) {
             errors.push(syn::Error::new_spanned(
                 &rewritten.output,
                 "`#[distributed_lock]` needs a function that returns `Result<T, E>` with \
@@ -307,6 +314,14 @@ fn check_signature(sig: &Signature, rewritten: Option<&AsyncTraitFn>) -> syn::Re
         ReturnType::Type(_, ty) if returns_result(ty) => Some(((**ty).clone(), false)),
         ReturnType::Type(_, ty) if outcome_result(ty).is_some() => {
             outcome_result(ty).map(|result| (result, true))
+        }
+        ReturnType::Type(_, ty) if named_outcome(ty) => {
+            errors.push(syn::Error::new_spanned(
+                ty,
+                "`Outcome` takes two type arguments, as the body's `Result<T, E>` does: \
+                 write `lock_runtime::Outcome<T, E>`",
+            ));
+            None
         }
         ReturnType::Type(_, ty) => {
             errors.push(syn::Error::new_spanned(
@@ -359,6 +374,12 @@ fn outcome_result(ty: &Type) -> Option<Type> {
     };
     let span = ty.span();
     Some(syn::parse_quote_spanned!(span=> ::core::result::Result<#ok, #err>))
+}
+
+/// Whether `ty` is a path whose last segment is `Outcome`, whatever its
+/// arguments.
+fn named_outcome(ty: &Type) -> bool {
+    matches!(ty, Type::Path(path) if path.path.segments.last().is_some_and(|s| s.ident == "Outcome"))
 }
 
 /// Whether `ty` looks like a `Result`: a path whose last segment is `Result`

@@ -477,3 +477,43 @@ async fn a_write_that_never_reached_redis_says_nothing_ran() {
     }
     assert!(seen.contains(&lock_runtime::WriteRan::No), "{seen:?}");
 }
+
+/// A write whose answer is lost (the connection stalls after it was sent)
+/// says that it may have run, and is not retryable; it did run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_answer_is_lost_says_it_may_have_run() {
+    let server = lock_testkit::Server::tcp(&[]);
+    let proxy =
+        lock_testkit::Proxy::start(([127, 0, 0, 1], server.port()).into()).expect("the proxy");
+    let client = LockClient::builder()
+        .command_timeout(std::time::Duration::from_millis(300))
+        .connect(&format!("redis://{}/", proxy.addr()))
+        .await
+        .expect("connect through the proxy");
+    assert_eq!(incr(&client, "stall:1", 1, Some(3)).await.unwrap(), 1);
+    proxy.freeze();
+    let error = incr(&client, "stall:1", 1, Some(3))
+        .await
+        .expect_err("no answer while frozen");
+    let LockError::WriteFailed { resource, ran, .. } = &error else {
+        panic!("expected WriteFailed, got {error:?}");
+    };
+    assert_eq!(resource, "stall:1");
+    assert_eq!(*ran, lock_runtime::WriteRan::Unknown, "{error}");
+    assert!(!error.is_retryable(), "{error}");
+    assert!(error.to_string().contains("may have run"), "{error}");
+    // It reaches Redis once the connection moves again, and runs there.
+    proxy.thaw();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let value: Option<i64> = redis::cmd("GET")
+            .arg("stall:1")
+            .query(&mut server.connection())
+            .expect("GET");
+        if value == Some(2) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the write never ran: {value:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

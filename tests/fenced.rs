@@ -513,7 +513,10 @@ async fn a_write_whose_answer_is_lost_says_it_may_have_run() {
         if value == Some(2) {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "the write never ran: {value:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the write never ran: {value:?}"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }

@@ -431,7 +431,9 @@ on_both_backends! {
             } => {
                 assert_eq!(resource, "mixed:1");
                 assert_eq!(*ran, lock_runtime::WriteRan::Partly, "{error}");
-                assert_eq!(source.code(), Some("WRONGTYPE"), "{source}");
+                // Redis 7 and Valkey answer WRONGTYPE; Redis 6.2 wraps it
+                // in its "Error running script" ERR.
+                assert!(source.to_string().contains("WRONGTYPE"), "{source}");
             }
             other => panic!("expected WriteFailed, got {other:?}"),
         }

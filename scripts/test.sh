@@ -154,7 +154,7 @@ family_tests=(ownership loss fencing scripts wait_timeout cancellation mutual_ex
   reentrancy watchdog redlock acl errors operate replicas sentinel cluster cluster_wakeup
   kinds_scripts kinds kinds_deployments kinds_rules several_keys several_rules
   embedded_differential hold_at_least scheduled_processes leader fenced fenced_processes
-  election_processes coalescing hold_end cluster_recovery)
+  election_processes coalescing hold_end cluster_recovery burst)
 family_args=()
 for test in "${family_tests[@]}"; do family_args+=(--test "$test"); done
 # Tests of those binaries that run in the first stage only: their resource is
@@ -192,7 +192,7 @@ mapfile -d '' family_cargo < <(family_cargo_args "$@")
 # 7 min: the copy and `cargo update` a few seconds, building the
 # workspace's changed crates again up to 2 min, the tests 5.5 min (3.5 of
 # them tests/cluster.rs, 1 tests/cluster_recovery.rs).
-fresh_tests=(cluster cluster_wakeup cluster_recovery replicas sentinel)
+fresh_tests=(cluster cluster_wakeup cluster_recovery replicas sentinel burst)
 fresh_dir="${LOCK_TEST_FRESH_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/lock-test-fresh/$(pwd -P | cksum | cut -d' ' -f1)}"
 fresh_cargo=()
 for test in "${fresh_tests[@]}"; do fresh_cargo+=(--test "$test"); done

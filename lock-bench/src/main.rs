@@ -22,7 +22,8 @@
 //! embedded backend's uncontended pair and 64 tasks on 64 keys (see
 //! `embedded.rs`); (m) 1,000 distinct keys a second taken and released for
 //! 60 s, then Redis's memory and how long the freed locks' keys live (see
-//! `churn.rs`).
+//! `churn.rs`); (n) a burst of hand-offs on N distinct keys, on one node
+//! and on a Redis Cluster (see `burst.rs`).
 //!
 //! Options:
 //! - `--only a,b,...` picks workloads (all by default); `--runs N` repeats
@@ -52,6 +53,7 @@
 //! of the per-run ratios, both sides measured in the same run.
 
 mod alloc;
+mod burst;
 mod chart;
 mod churn;
 mod cluster;
@@ -89,7 +91,7 @@ struct Args {
     summary: Option<PathBuf>,
 }
 
-const USAGE: &str = "usage: lock-bench [--smoke] [--runs N] [--only a,b,c,d,e,f,g,h,i,j,k,m] \
+const USAGE: &str = "usage: lock-bench [--smoke] [--runs N] [--only a,b,c,d,e,f,g,h,i,j,k,m,n] \
                      [--current-thread-only | --multi-thread-only] [--families] [--svg PATH]";
 
 fn args() -> Result<Args, String> {
@@ -98,7 +100,7 @@ fn args() -> Result<Args, String> {
         current_thread_only: false,
         multi_thread_only: false,
         runs: None,
-        only: "abcdefghijkm".into(),
+        only: "abcdefghijkmn".into(),
         families: false,
         svg: None,
         summary: None,
@@ -441,6 +443,9 @@ fn run(cfg: &Config, only: &str, flavors: &[Flavor]) -> Result<Runs, String> {
     if only.contains('f') {
         eprintln!("(f) on a Redis Cluster of 3 masters");
         println!("{}", cluster::render(&cluster::run(cfg)?));
+    }
+    if only.contains('n') {
+        println!("{}", burst::render(&burst::run(cfg.n_keys)?));
     }
     Ok(runs)
 }

@@ -44,6 +44,8 @@ pub struct Config {
     pub m_time: Duration,
     pub m_rate: u32,
     pub m_lease: Option<Duration>,
+    /// (n): the numbers of keys in a burst of hand-offs.
+    pub n_keys: &'static [usize],
 }
 
 impl Config {
@@ -70,6 +72,7 @@ impl Config {
             m_time: Duration::from_secs(60),
             m_rate: 1_000,
             m_lease: None,
+            n_keys: &[1_000, 10_000, 50_000, 100_000],
         }
     }
 
@@ -94,6 +97,7 @@ impl Config {
             m_rate: 1_000,
             // The default 30 s would keep the run waiting for the keys.
             m_lease: Some(Duration::from_millis(500)),
+            n_keys: &[200],
         }
     }
 }

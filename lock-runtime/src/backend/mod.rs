@@ -93,18 +93,20 @@ impl Backend {
         }
     }
 
-    /// Makes sure a release of `key` by another client will wake this one.
-    pub(crate) async fn watch_releases(&self, key: &str) -> Result<(), BackendError> {
+    /// Makes sure a release of each of `keys` (at least one) by another
+    /// client will wake this one. An error: some may not be subscribed.
+    pub(crate) async fn watch_releases(&self, keys: &[&str]) -> Result<(), BackendError> {
         on_route!(self,
-            route => Ok(Route::subscribe(route, key).await?),
-            nodes => nodes.subscribe(key).await)
+            route => Ok(Route::subscribe(route, keys).await?),
+            nodes => nodes.subscribe(keys).await)
     }
 
-    /// Stops listening for releases of `key` once nobody here waits on it.
-    pub(crate) async fn unwatch_releases(&self, key: &str) -> Result<(), BackendError> {
+    /// Stops listening for releases of `keys` (at least one) once nobody
+    /// here waits on them.
+    pub(crate) async fn unwatch_releases(&self, keys: &[&str]) -> Result<(), BackendError> {
         on_route!(self,
-            route => Ok(Route::unsubscribe(route, key).await?),
-            nodes => nodes.unsubscribe(key).await)
+            route => Ok(Route::unsubscribe(route, keys).await?),
+            nodes => nodes.unsubscribe(keys).await)
     }
 
     /// Whether releases reach this client through pub/sub subscriptions.

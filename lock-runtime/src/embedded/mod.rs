@@ -258,11 +258,11 @@ impl Route for EmbeddedBackend {
         Notices::Plain
     }
 
-    async fn subscribe(&self, _key: &str) -> Result<(), RedisError> {
+    async fn subscribe(&self, _keys: &[&str]) -> Result<(), RedisError> {
         Ok(())
     }
 
-    async fn unsubscribe(&self, _key: &str) -> Result<(), RedisError> {
+    async fn unsubscribe(&self, _keys: &[&str]) -> Result<(), RedisError> {
         Ok(())
     }
 

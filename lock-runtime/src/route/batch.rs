@@ -15,6 +15,7 @@
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
 use futures_util::future::join_all;
+use futures_util::{stream, StreamExt};
 use redis::aio::ConnectionManager;
 use redis::{Arg, Cmd, ErrorKind, FromRedisValue, RedisError, Script, Value};
 use tokio::runtime::Handle;
@@ -28,6 +29,11 @@ use crate::io::polled_on;
 /// as several, one after another on the connection (pipelined), so that no
 /// one call holds the server for long.
 const MOST_PER_CALL: usize = 128;
+
+/// The most batch script calls of one queue in flight at once: enough to
+/// keep the server busy between answers, few enough that each is answered
+/// well within the command timeout however long the queue.
+const CHUNKS_IN_FLIGHT: usize = 4;
 
 /// The coalescing state of one connection (the client's own connection to
 /// one node).
@@ -181,15 +187,21 @@ async fn send(con: &ConnectionManager, mut batch: Vec<Queued>) {
     if batch.len() == 1 {
         return send_alone(con, batch.pop().expect("one call")).await;
     }
+    // Taken from the front in one pass: splitting the rest off again for
+    // each chunk would copy a long queue once per chunk.
     let mut chunks = Vec::with_capacity(batch.len().div_ceil(MOST_PER_CALL));
-    while batch.len() > MOST_PER_CALL {
-        let rest = batch.split_off(MOST_PER_CALL);
-        chunks.push(std::mem::replace(&mut batch, rest));
+    let mut calls = batch.into_iter();
+    while calls.len() > 0 {
+        chunks.push(calls.by_ref().take(MOST_PER_CALL).collect::<Vec<_>>());
     }
-    chunks.push(batch);
-    // join_all polls them in order: each is written to the connection
-    // before the next.
-    join_all(chunks.into_iter().map(|chunk| send_chunk(con, chunk))).await;
+    // Started in order, so each is written to the connection before the
+    // next; a few at a time, so that a chunk's answer is timed from when
+    // the server can start on it, not from behind a long queue of others.
+    stream::iter(chunks)
+        .map(|chunk| send_chunk(con, chunk))
+        .buffered(CHUNKS_IN_FLIGHT)
+        .for_each(|()| async {})
+        .await;
 }
 
 /// `call` by itself.

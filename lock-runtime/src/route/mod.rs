@@ -222,11 +222,12 @@ pub(crate) trait Route: Sync {
     /// How release notices travel.
     fn notices(&self) -> Notices;
 
-    /// Makes sure a release of `key` by another client reaches this one.
-    fn subscribe(&self, key: &str) -> impl Future<Output = Result<(), RedisError>> + Send;
+    /// Makes sure a release of each of `keys` (at least one) by another
+    /// client reaches this one. An error: some may not be subscribed.
+    fn subscribe(&self, keys: &[&str]) -> impl Future<Output = Result<(), RedisError>> + Send;
 
-    /// Stops listening for releases of `key`.
-    fn unsubscribe(&self, key: &str) -> impl Future<Output = Result<(), RedisError>> + Send;
+    /// Stops listening for releases of `keys` (at least one).
+    fn unsubscribe(&self, keys: &[&str]) -> impl Future<Output = Result<(), RedisError>> + Send;
 
     /// This client's id, which its release notices carry.
     fn client_id(&self) -> &str;

@@ -206,14 +206,24 @@ impl RedisBackend {
             || Handle::try_current().map_or(true, |caller| caller.id() != self.home.id())
     }
 
-    pub(crate) async fn subscribe(&self, key: &str) -> Result<(), RedisError> {
+    /// One `SUBSCRIBE` of every key's channel (none: nothing is sent, as
+    /// a `SUBSCRIBE` of no channel would fail).
+    pub(crate) async fn subscribe(&self, keys: &[&str]) -> Result<(), RedisError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
         let mut con = self.pubsub.clone();
-        polled_on(&self.home, con.subscribe(key)).await
+        polled_on(&self.home, con.subscribe(keys)).await
     }
 
-    pub(crate) async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
+    /// One `UNSUBSCRIBE` of every key's channel (none: nothing is sent,
+    /// as an `UNSUBSCRIBE` of no channel drops them all).
+    pub(crate) async fn unsubscribe(&self, keys: &[&str]) -> Result<(), RedisError> {
+        if keys.is_empty() {
+            return Ok(());
+        }
         let mut con = self.pubsub.clone();
-        polled_on(&self.home, con.unsubscribe(key)).await
+        polled_on(&self.home, con.unsubscribe(keys)).await
     }
 }
 
@@ -408,12 +418,12 @@ impl Route for RedisBackend {
         Notices::Plain
     }
 
-    async fn subscribe(&self, key: &str) -> Result<(), RedisError> {
-        RedisBackend::subscribe(self, key).await
+    async fn subscribe(&self, keys: &[&str]) -> Result<(), RedisError> {
+        RedisBackend::subscribe(self, keys).await
     }
 
-    async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
-        RedisBackend::unsubscribe(self, key).await
+    async fn unsubscribe(&self, keys: &[&str]) -> Result<(), RedisError> {
+        RedisBackend::unsubscribe(self, keys).await
     }
 
     fn client_id(&self) -> &str {

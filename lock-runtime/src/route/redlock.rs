@@ -134,16 +134,16 @@ impl RedlockBackend {
     }
 
     /// Subscribes on every node; enough if one node will tell.
-    pub(crate) async fn subscribe(&self, key: &str) -> Result<(), BackendError> {
-        let answers = self.on_all(|node| node.subscribe(key)).await;
+    pub(crate) async fn subscribe(&self, keys: &[&str]) -> Result<(), BackendError> {
+        let answers = self.on_all(|node| node.subscribe(keys)).await;
         if answers.iter().any(|a| a.is_ok()) {
             return Ok(());
         }
         Err(self.no_quorum(0, answers))
     }
 
-    pub(crate) async fn unsubscribe(&self, key: &str) -> Result<(), BackendError> {
-        let _ = self.on_all(|node| node.unsubscribe(key)).await;
+    pub(crate) async fn unsubscribe(&self, keys: &[&str]) -> Result<(), BackendError> {
+        let _ = self.on_all(|node| node.unsubscribe(keys)).await;
         Ok(())
     }
 

@@ -35,6 +35,9 @@ use crate::node_name::node_name;
 use crate::replica_sync::ReplicaSync;
 use crate::tls::TlsConfig;
 
+/// The most channels one subscribe names when a new master is followed.
+const RESUBSCRIBE_AT_ONCE: usize = 1024;
+
 /// How often the follower asks the sentinels during a failover.
 const FOLLOW_EVERY: Duration = Duration::from_millis(200);
 /// How many times it asks before giving up until the next failed request
@@ -238,8 +241,9 @@ impl SentinelBackend {
             .iter()
             .cloned()
             .collect();
-        for channel in channels {
-            if let Err(error) = master.backend.subscribe(&channel).await {
+        for chunk in channels.chunks(RESUBSCRIBE_AT_ONCE) {
+            let chunk: Vec<&str> = chunk.iter().map(String::as_str).collect();
+            if let Err(error) = master.backend.subscribe(&chunk).await {
                 tracing::debug!(%error, "resubscribe on the new master failed");
             }
         }
@@ -266,31 +270,36 @@ impl SentinelBackend {
     }
 
     /// Subscribes on the master in use, and on the next one after a switch.
-    pub(crate) async fn subscribe(&self, key: &str) -> Result<(), RedisError> {
+    pub(crate) async fn subscribe(&self, keys: &[&str]) -> Result<(), RedisError> {
         self.shared
             .channels
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(key.to_owned());
+            .extend(keys.iter().map(|key| (*key).to_owned()));
         let master = self.master();
-        let answer = master.backend.subscribe(key).await;
+        let answer = master.backend.subscribe(keys).await;
         self.check(&answer);
         // A switch during the subscribe may have read the channels before
-        // this one was added.
+        // these were added.
         let now = self.master();
         if !Arc::ptr_eq(&master, &now) {
-            return now.backend.subscribe(key).await;
+            return now.backend.subscribe(keys).await;
         }
         answer
     }
 
-    pub(crate) async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
-        self.shared
-            .channels
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(key);
-        let answer = self.master().backend.unsubscribe(key).await;
+    pub(crate) async fn unsubscribe(&self, keys: &[&str]) -> Result<(), RedisError> {
+        {
+            let mut channels = self
+                .shared
+                .channels
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            for key in keys {
+                channels.remove(*key);
+            }
+        }
+        let answer = self.master().backend.unsubscribe(keys).await;
         self.check(&answer);
         answer
     }
@@ -475,12 +484,12 @@ impl Route for SentinelBackend {
         Notices::Plain
     }
 
-    async fn subscribe(&self, key: &str) -> Result<(), RedisError> {
-        SentinelBackend::subscribe(self, key).await
+    async fn subscribe(&self, keys: &[&str]) -> Result<(), RedisError> {
+        SentinelBackend::subscribe(self, keys).await
     }
 
-    async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
-        SentinelBackend::unsubscribe(self, key).await
+    async fn unsubscribe(&self, keys: &[&str]) -> Result<(), RedisError> {
+        SentinelBackend::unsubscribe(self, keys).await
     }
 
     fn client_id(&self) -> &str {

@@ -166,12 +166,12 @@ impl Route for Following<'_> {
         self.cluster.notices()
     }
 
-    async fn subscribe(&self, key: &str) -> Result<(), RedisError> {
-        Route::subscribe(self.cluster, key).await
+    async fn subscribe(&self, keys: &[&str]) -> Result<(), RedisError> {
+        Route::subscribe(self.cluster, keys).await
     }
 
-    async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
-        Route::unsubscribe(self.cluster, key).await
+    async fn unsubscribe(&self, keys: &[&str]) -> Result<(), RedisError> {
+        Route::unsubscribe(self.cluster, keys).await
     }
 
     fn client_id(&self) -> &str {

@@ -32,6 +32,7 @@ mod slots;
 pub(crate) use follow::Following;
 pub(crate) use slots::slot_of;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +42,7 @@ use redis::{
     Cmd, ConnectionAddr, ConnectionInfo, ErrorKind, FromRedisValue, PushInfo, RedisError, Value,
 };
 use tokio::runtime::Handle;
+use tokio::sync::{Semaphore, SemaphorePermit};
 
 use super::evalsha::evalsha;
 use super::node::RedisConfig;
@@ -57,6 +59,19 @@ use replicas::MasterPools;
 /// `CLUSTERDOWN`. Enough to follow a slot move and a failover's first
 /// moments; the whole call stays bounded by the command timeout.
 const RETRIES: u32 = 6;
+
+/// The most script calls of one client in flight on the cluster
+/// connection at once. A burst of calls beyond it waits its turn in the
+/// client rather than in the connection's queue, where the command timeout
+/// would run out for calls the servers never saw (and the calls given back
+/// after those timeouts would add to the burst). A call waits while others
+/// get their turns; it fails as timed out, unsent, only when no call got a
+/// turn for a command timeout (see [`ClusterBackend::turn`]).
+const MOST_IN_FLIGHT: usize = 256;
+
+/// The most command timeouts a call waits for its turn in all, however
+/// busy the connection.
+const MOST_TURN_WAITS: u32 = 30;
 
 /// The shortest and longest pause between two such sends, in ms.
 const RETRY_WAIT_MS: (u64, u64) = (10, 250);
@@ -77,6 +92,13 @@ pub(crate) struct ClusterBackend {
     last_map: Arc<LastMap>,
     client_id: Arc<str>,
     home: Handle,
+    /// Turns to send a script call (see [`MOST_IN_FLIGHT`]), and how long
+    /// a call may wait for one.
+    turns: Arc<Semaphore>,
+    /// How many turns were given, to tell a queue that moves from one
+    /// that does not.
+    given: Arc<AtomicU64>,
+    command_timeout: Duration,
 }
 
 /// A cluster client with the options every cluster connection shares:
@@ -145,6 +167,9 @@ impl ClusterBackend {
             last_map,
             client_id,
             home: Handle::current(),
+            turns: Arc::new(Semaphore::new(MOST_IN_FLIGHT)),
+            given: Arc::default(),
+            command_timeout: config.command_timeout,
         })
     }
 
@@ -171,18 +196,50 @@ impl ClusterBackend {
         Following::new(self, until)
     }
 
-    /// Makes sure a release of `key` reaches this client: `SSUBSCRIBE` on
-    /// the node that serves the key's slot.
-    pub(crate) async fn subscribe(&self, key: &str) -> Result<(), RedisError> {
-        polled_on(&self.home, self.subscriptions.subscribe(key)).await
+    /// Makes sure a release of each of `keys` reaches this client:
+    /// `SSUBSCRIBE` on the node that serves the key's slot.
+    pub(crate) async fn subscribe(&self, keys: &[&str]) -> Result<(), RedisError> {
+        polled_on(&self.home, self.subscriptions.subscribe(keys)).await
     }
 
-    pub(crate) async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
-        polled_on(&self.home, self.subscriptions.unsubscribe(key)).await
+    pub(crate) async fn unsubscribe(&self, keys: &[&str]) -> Result<(), RedisError> {
+        polled_on(&self.home, self.subscriptions.unsubscribe(keys)).await
     }
 }
 
 impl ClusterBackend {
+    /// A turn to send a script call (see [`MOST_IN_FLIGHT`]), waited for
+    /// while other calls get theirs; when none did for a command timeout
+    /// (or after [`MOST_TURN_WAITS`] of them), a timeout error, which
+    /// callers take as a call whose outcome is unknown though it was not
+    /// sent.
+    async fn turn(&self) -> Result<SemaphorePermit<'_>, RedisError> {
+        for _ in 0..MOST_TURN_WAITS {
+            let given = self.given.load(Ordering::Relaxed);
+            let turn = polled_on(
+                &self.home,
+                tokio::time::timeout(self.command_timeout, self.turns.acquire()),
+            );
+            match turn.await {
+                Ok(Ok(turn)) => {
+                    self.given.fetch_add(1, Ordering::Relaxed);
+                    return Ok(turn);
+                }
+                Ok(Err(_)) => break,
+                Err(_) if self.given.load(Ordering::Relaxed) == given => break,
+                Err(_) => continue,
+            }
+        }
+        Err(RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!(
+                "timed out: the request waited behind {MOST_IN_FLIGHT} others of this client, \
+                 none answered within {:?}, and was not sent",
+                self.command_timeout
+            ),
+        )))
+    }
+
     /// After a script call that failed with `error` if any: a release (of
     /// the key `released`) that was not answered (see [`unanswered`]) is
     /// owed, and the follower sends it again (with the other releases of
@@ -268,8 +325,13 @@ impl Route for ClusterBackend {
             // Kept before it is sent: a failover after the send finds it.
             self.replay.record(call, lease);
         }
-        let mut con = self.commands.clone();
-        let answer = polled_on(&self.home, evalsha(call.script, &call.cmd, &mut con)).await;
+        let answer = match self.turn().await {
+            Ok(_turn) => {
+                let mut con = self.commands.clone();
+                polled_on(&self.home, evalsha(call.script, &call.cmd, &mut con)).await
+            }
+            Err(error) => Err(error),
+        };
         let released = call.replay.map(|_| call.key);
         self.owe_if_unanswered(released, answer.as_ref().err());
         answer
@@ -317,12 +379,12 @@ impl Route for ClusterBackend {
         Notices::Sharded
     }
 
-    async fn subscribe(&self, key: &str) -> Result<(), RedisError> {
-        ClusterBackend::subscribe(self, key).await
+    async fn subscribe(&self, keys: &[&str]) -> Result<(), RedisError> {
+        ClusterBackend::subscribe(self, keys).await
     }
 
-    async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
-        ClusterBackend::unsubscribe(self, key).await
+    async fn unsubscribe(&self, keys: &[&str]) -> Result<(), RedisError> {
+        ClusterBackend::unsubscribe(self, keys).await
     }
 
     fn client_id(&self) -> &str {

@@ -43,6 +43,7 @@ use std::convert::Infallible;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use futures_util::future::join_all;
 use redis::aio::MultiplexedConnection;
 use redis::{
     AsyncConnectionConfig, ConnectionAddr, ConnectionInfo, ProtocolVersion, PushInfo, PushKind,
@@ -206,10 +207,84 @@ impl ShardedSubscriptions {
         Ok(this)
     }
 
-    /// Subscribes to `key`'s channel on the master of its slot.
-    pub(crate) async fn subscribe(&self, key: &str) -> Result<(), RedisError> {
+    /// Subscribes to every key's channel on the master of its slot: the
+    /// keys whose master the slot map names by commands sent side by side
+    /// on that node's connection (one channel each, as a sharded subscribe
+    /// may not span slots); the others, and those that fail there, one
+    /// after another as [`subscribe_one`](Self::subscribe_one) does. An
+    /// error: the first of those.
+    pub(crate) async fn subscribe(&self, keys: &[&str]) -> Result<(), RedisError> {
         let mut state = self.state.lock().await;
-        match self.subscribe_somewhere(&mut state, key).await {
+        if state.masters.is_none() {
+            self.read_masters(&mut state).await;
+        }
+        let mut rest = Vec::new();
+        let mut by_node: HashMap<Arc<str>, Vec<&str>> = HashMap::new();
+        for &key in keys {
+            let slot = slot_of(key.as_bytes());
+            match state.masters.as_ref().and_then(|map| map.master_of(slot)) {
+                Some(node) if !state.failed.contains(node) => {
+                    by_node.entry(node.clone()).or_default().push(key);
+                }
+                _ => rest.push(key),
+            }
+        }
+        for (node, keys) in by_node {
+            rest.extend(self.subscribe_side_by_side(&mut state, &node, &keys).await);
+        }
+        let mut first = None;
+        for key in rest {
+            if let Err(error) = self.subscribe_one(&mut state, key).await {
+                first.get_or_insert(error);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Subscribes to each of `keys` on `node`, the master of their slots,
+    /// by commands sent side by side on its connection; the keys that
+    /// failed.
+    async fn subscribe_side_by_side<'k>(
+        &self,
+        state: &mut State,
+        node: &Arc<str>,
+        keys: &[&'k str],
+    ) -> Vec<&'k str> {
+        let Ok(con) = self.connection(state, node).await else {
+            return keys.to_vec();
+        };
+        let command = if state.plain.contains(node) {
+            "SUBSCRIBE"
+        } else {
+            "SSUBSCRIBE"
+        };
+        let answers = join_all(keys.iter().map(|key| {
+            let mut con = con.clone();
+            async move {
+                redis::cmd(command)
+                    .arg(*key)
+                    .query_async::<Value>(&mut con)
+                    .await
+            }
+        }))
+        .await;
+        let mut failed = Vec::new();
+        for (&key, answer) in keys.iter().zip(answers) {
+            if answer.is_err() {
+                failed.push(key);
+                continue;
+            }
+            if let Some(connection) = state.nodes.get_mut(node) {
+                connection.lapsed.remove(key);
+            }
+            state.channels.insert(key.into(), Some(node.clone()));
+        }
+        failed
+    }
+
+    /// Subscribes to `key`'s channel on the master of its slot.
+    async fn subscribe_one(&self, state: &mut State, key: &str) -> Result<(), RedisError> {
+        match self.subscribe_somewhere(state, key).await {
             Ok(node) => {
                 state.channels.insert(key.into(), Some(node));
                 Ok(())
@@ -222,13 +297,22 @@ impl ShardedSubscriptions {
         }
     }
 
-    /// Stops listening on `key`'s channel.
-    pub(crate) async fn unsubscribe(&self, key: &str) -> Result<(), RedisError> {
+    /// Stops listening on the channels of `keys`. An error: the first.
+    pub(crate) async fn unsubscribe(&self, keys: &[&str]) -> Result<(), RedisError> {
         let mut state = self.state.lock().await;
-        let Some(Some(node)) = state.channels.remove(key) else {
-            return Ok(());
-        };
-        self.unsubscribe_on(&mut state, &node, key).await
+        let mut by_node: HashMap<Arc<str>, Vec<&str>> = HashMap::new();
+        for &key in keys {
+            if let Some(Some(node)) = state.channels.remove(key) {
+                by_node.entry(node).or_default().push(key);
+            }
+        }
+        let mut first = None;
+        for (node, keys) in by_node {
+            if let Err(error) = self.unsubscribe_on(&mut state, &node, &keys).await {
+                first.get_or_insert(error);
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 
     /// Closes the connection to `node`, if any, and has its wanted channels
@@ -376,7 +460,7 @@ impl ShardedSubscriptions {
         }
         match self.ssubscribe_on(state, &master, key).await {
             Ok(()) => {
-                if let Err(error) = self.unsubscribe_on(state, &node, key).await {
+                if let Err(error) = self.unsubscribe_on(state, &node, &[key]).await {
                     tracing::debug!(%error, key, "unsubscribe from a non-master failed");
                 }
                 master
@@ -488,35 +572,51 @@ impl ShardedSubscriptions {
             .map(drop)
     }
 
-    /// Stops listening on `key`'s channel on `node`, if the client has a
-    /// connection there: `UNSUBSCRIBE key` where it has no sharded pub/sub
-    /// (its confirmation is the command's reply in every redis-rs version);
-    /// else the channel lapses (see the module's doc), and the connection is
-    /// closed if that makes too many lapsed ones.
+    /// Stops listening on the channels of `keys` on `node`, if the client
+    /// has a connection there: `UNSUBSCRIBE` of each, side by side, where
+    /// it has no sharded pub/sub (its confirmation is the command's reply
+    /// in every redis-rs version); else the channels lapse (see the
+    /// module's doc), and the connection is closed if that makes too many
+    /// lapsed ones. An error: the first.
     async fn unsubscribe_on(
         &self,
         state: &mut State,
         node: &Arc<str>,
-        key: &str,
+        keys: &[&str],
     ) -> Result<(), RedisError> {
         let Some(connection) = state.nodes.get_mut(node) else {
             return Ok(());
         };
         if state.plain.contains(node) {
-            return redis::cmd("UNSUBSCRIBE")
-                .arg(key)
-                .query_async::<Value>(&mut connection.con)
-                .await
-                .map(drop);
+            let con = connection.con.clone();
+            let answers = join_all(keys.iter().map(|key| {
+                let mut con = con.clone();
+                async move {
+                    redis::cmd("UNSUBSCRIBE")
+                        .arg(*key)
+                        .query_async::<Value>(&mut con)
+                        .await
+                }
+            }))
+            .await;
+            return answers
+                .into_iter()
+                .find(Result::is_err)
+                .map_or(Ok(()), |e| e.map(drop));
         }
-        connection.lapsed.insert(key.into());
+        connection
+            .lapsed
+            .extend(keys.iter().map(|key| Box::from(*key)));
         let lapsed = connection.lapsed.len();
+        if lapsed <= LAPSED_MAX {
+            return Ok(());
+        }
         let wanted = state
             .channels
             .values()
             .filter(|on| on.as_ref() == Some(node))
             .count();
-        if lapsed > LAPSED_MAX.max(wanted) {
+        if lapsed > wanted {
             tracing::debug!(
                 node = &**node,
                 lapsed,

@@ -218,6 +218,87 @@ async fn a_release_that_cannot_reach_redis_is_no_success() {
     }
 }
 
+/// The release's answer is lost after Redis ran it (the connection drops
+/// every answer from the body's end on, and closes once the release ran): the release is sent
+/// again on a new connection and finds the lock free, freed by its own
+/// first send. That is not a taking: the call says the release went
+/// unanswered, and hands back what the body returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_answer_is_lost_is_not_called_taken() {
+    let server = lock_testkit::Server::tcp(&[]);
+    let proxy =
+        lock_testkit::Proxy::start(([127, 0, 0, 1], server.port()).into()).expect("the proxy");
+    let client = LockClient::builder()
+        .command_timeout(Duration::from_secs(5))
+        .connect(&format!("redis://{}/", proxy.addr()))
+        .await
+        .expect("connect through the proxy");
+    // Calls that make every connection the release may use (this
+    // runtime's own is made after the first call) before any is muted.
+    for _ in 0..3 {
+        client
+            .run_locked("warm", LockOptions::new(), async { Ok::<_, LockError>(()) })
+            .await
+            .expect("a call before the mute");
+    }
+    let proxy = std::sync::Arc::new(proxy);
+    let (muted, when_muted) = std::sync::mpsc::channel::<()>();
+    // Once Redis ran the release (the lock is free there), the connection
+    // closes, well within the command timeout: the client sees a dropped
+    // connection, not a timeout, and makes a new one.
+    let cut = {
+        let (proxy, port) = (proxy.clone(), server.port());
+        std::thread::spawn(move || {
+            if when_muted.recv().is_err() {
+                return;
+            }
+            let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+                .and_then(|c| c.get_connection())
+                .expect("a connection of the test's own");
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while std::time::Instant::now() < deadline {
+                let value: Option<String> = redis::cmd("GET")
+                    .arg("lock:muted")
+                    .query(&mut con)
+                    .expect("GET");
+                if value.is_some_and(|v| v.contains(":f:")) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            proxy.cut();
+        })
+    };
+    let outcome = client
+        .run_locked_outcome("muted", LockOptions::new(), async {
+            proxy.mute_answers();
+            let _ = muted.send(());
+            Ok::<_, LockError>("the body finished")
+        })
+        .await;
+    cut.join().expect("the cutting thread");
+    let lock_runtime::Outcome::RanButLost { body, error } = outcome else {
+        panic!("expected RanButLost, got {outcome:?}");
+    };
+    assert_eq!(body.expect("the body's result"), "the body finished");
+    let LockError::Lost {
+        reason, found_by, ..
+    } = &error
+    else {
+        panic!("expected Lost, got {error:?}");
+    };
+    assert_eq!(*reason, LossReason::ReleaseUnanswered, "{error}");
+    assert_eq!(*found_by, FoundBy::Release, "{error}");
+    assert!(error.to_string().contains("went unanswered"), "{error}");
+    // The first send freed it: the lock is free in Redis.
+    let value: Option<String> = redis::cmd("GET")
+        .arg("lock:muted")
+        .query(&mut server.connection())
+        .expect("GET");
+    let value = value.expect("the freed lock keeps its fence");
+    assert!(value.contains(":f:"), "{value}");
+}
+
 /// Another program writes its own value at one lock's name: that lock is
 /// lost, and the renewal of the other locks in its batch goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -462,6 +462,13 @@ pub enum LossReason {
     /// whether the lock was held to the end is not known: Redis may have
     /// restarted and forgotten it while the body ran.
     Unconfirmed,
+    /// The body finished, and its release went unanswered (a timeout, a
+    /// dropped connection, too few Redlock nodes: it may have run); sent
+    /// again, it found the lock not held. The first send may well have
+    /// freed it (and a waiter taken it since), or the lock was lost before:
+    /// nothing tells which. Not [`LossReason::Taken`]: no other owner is
+    /// known to have held it while the body ran.
+    ReleaseUnanswered,
     /// The client was shut down ([`LockClient::shutdown`]) and its deadline
     /// passed while the body still ran: the body was stopped at an await
     /// point, as on any loss, and the lock was released.
@@ -485,6 +492,10 @@ impl std::fmt::Display for LossReason {
             LossReason::Unconfirmed => {
                 "its release could not reach Redis, so it may not have been held to the end"
             }
+            LossReason::ReleaseUnanswered => {
+                "its release went unanswered and, sent again, found it not held: the first \
+                 send may have freed it, or it was lost before; which is not known"
+            }
             LossReason::ShutDown => {
                 "the client was shut down and the body did not finish within the deadline"
             }
@@ -505,7 +516,8 @@ pub enum FoundBy {
     /// another owner ([`LossReason::Taken`]) while the body ran.
     Renewal,
     /// The release, after the body returned ([`LossReason::Taken`],
-    /// [`LossReason::Expired`], [`LossReason::Unconfirmed`]): the body ran
+    /// [`LossReason::Expired`], [`LossReason::Unconfirmed`],
+    /// [`LossReason::ReleaseUnanswered`]): the body ran
     /// to its end, but the lock may not have been held all the way, as no
     /// renewal had found out sooner (a body shorter than a third of its
     /// lease never renews).

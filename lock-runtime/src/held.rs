@@ -466,12 +466,13 @@ fn pack_until(epoch: Instant, until: Instant) -> u64 {
 }
 
 /// The reasons and finders in the order their numbers pack them.
-const REASONS: [LossReason; 5] = [
+const REASONS: [LossReason; 6] = [
     LossReason::Taken,
     LossReason::Expired,
     LossReason::Unconfirmed,
     LossReason::ShutDown,
     LossReason::Detached,
+    LossReason::ReleaseUnanswered,
 ];
 const FINDERS: [FoundBy; 6] = [
     FoundBy::Renewal,

@@ -155,6 +155,16 @@ impl Proxy {
         self.shared.close_all();
     }
 
+    /// Drops every answer on the current connections from now on, while
+    /// their requests still go through: the server runs each request, and
+    /// its answer is lost on the way back (the client sees a timeout, not
+    /// a reset). Connections accepted later are not muted.
+    pub fn mute_answers(&self) {
+        for conn in lock(&self.shared.conns).iter() {
+            conn.muted.store(true, Ordering::SeqCst);
+        }
+    }
+
     /// How many connections the proxy has accepted so far (cut, closed and
     /// frozen ones included).
     pub fn connections(&self) -> usize {
@@ -221,6 +231,9 @@ struct Conn {
     closed: AtomicBool,
     /// Orders [`Conn::close`] and [`Conn::set_upstream`].
     closing: Mutex<()>,
+    /// Set by [`Proxy::mute_answers`]: the bytes from the target are
+    /// dropped.
+    muted: AtomicBool,
 }
 
 impl Shared {
@@ -357,6 +370,10 @@ impl Shared {
                 self.forward(conn, || dst.shutdown(Shutdown::Write));
                 return;
             }
+            let answers = std::ptr::eq(dst, &conn.client);
+            if answers && conn.muted.load(Ordering::SeqCst) {
+                continue;
+            }
             if !self.write_all(conn, dst, &buf[..n]) {
                 conn.close();
                 return;
@@ -407,6 +424,7 @@ impl Conn {
             upstream: OnceLock::new(),
             closed: AtomicBool::new(false),
             closing: Mutex::new(()),
+            muted: AtomicBool::new(false),
         })
     }
 

@@ -18,6 +18,9 @@ pub(crate) enum Released {
     Freed,
     /// The acquisition did not hold it any more.
     NotHeld,
+    /// The release went unanswered (it may have run), and sent again found
+    /// the lock not held: maybe its own first send freed it.
+    NotHeldAfterUnanswered,
     /// Redis could not be reached, twice: whether the lock was still held
     /// is not known (it expires with its lease if it was).
     Unknown,
@@ -47,6 +50,13 @@ impl Released {
                 }) => LossReason::Expired,
                 _ => LossReason::Taken,
             }),
+            Released::NotHeldAfterUnanswered => Some(match held.check_now() {
+                Some(Loss {
+                    reason: LossReason::Expired,
+                    ..
+                }) => LossReason::Expired,
+                _ => LossReason::ReleaseUnanswered,
+            }),
             Released::Unknown => Some(LossReason::Unconfirmed),
         }
     }
@@ -75,12 +85,18 @@ pub(crate) async fn release(client: &LockClient, held: &HeldLock, lane: &Lane) -
     }
     // The checker's proof brings back the old rule: one try, and a failure
     // counts as a success.
+    let mut unanswered = false;
     if answer.is_err() && !cfg!(feature = "defect-ok-after-unknown-release") {
+        // A first send that may have run (its answer was lost) may have
+        // freed the lock: the second then finds it not held, and must not
+        // call that a taking.
+        unanswered = matches!(&answer, Err(error) if error.outcome_unknown());
         let hold = (&*owner, held.token);
         answer = backend.release(&Lane::Home, &held.key, hold, kept).await;
     }
     let released = match answer {
         Ok(Release::Freed) => Released::Freed,
+        Ok(Release::NotHeld) if unanswered => Released::NotHeldAfterUnanswered,
         Ok(Release::NotHeld) => Released::NotHeld,
         Err(error) => {
             let error = backend.error_on_key(error, &held.key, &inner.tag.place);

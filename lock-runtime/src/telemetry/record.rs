@@ -68,6 +68,7 @@ pub(super) fn lost(label: &'static str, reason: LossReason, since: Instant) {
             LossReason::Taken => "taken",
             LossReason::Expired => "expired",
             LossReason::Unconfirmed => "unconfirmed",
+            LossReason::ReleaseUnanswered => "release_unanswered",
             LossReason::ShutDown => "shutdown",
             LossReason::Detached => "detached",
         };

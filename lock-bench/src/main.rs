@@ -23,7 +23,8 @@
 //! `embedded.rs`); (m) 1,000 distinct keys a second taken and released for
 //! 60 s, then Redis's memory and how long the freed locks' keys live (see
 //! `churn.rs`); (n) a burst of hand-offs on N distinct keys, on one node
-//! and on a Redis Cluster (see `burst.rs`).
+//! and on a Redis Cluster (see `burst.rs`); (o) 1, 8, 32 and 128 clients
+//! contending for one key (see `fleet.rs`).
 //!
 //! Options:
 //! - `--only a,b,...` picks workloads (all by default); `--runs N` repeats
@@ -61,6 +62,7 @@ mod contenders;
 mod cpu;
 mod embedded;
 mod families;
+mod fleet;
 mod kinds;
 mod report;
 mod stats;
@@ -91,7 +93,7 @@ struct Args {
     summary: Option<PathBuf>,
 }
 
-const USAGE: &str = "usage: lock-bench [--smoke] [--runs N] [--only a,b,c,d,e,f,g,h,i,j,k,m,n] \
+const USAGE: &str = "usage: lock-bench [--smoke] [--runs N] [--only a,b,c,d,e,f,g,h,i,j,k,m,n,o] \
                      [--current-thread-only | --multi-thread-only] [--families] [--svg PATH]";
 
 fn args() -> Result<Args, String> {
@@ -100,7 +102,7 @@ fn args() -> Result<Args, String> {
         current_thread_only: false,
         multi_thread_only: false,
         runs: None,
-        only: "abcdefghijkmn".into(),
+        only: "abcdefghijkmno".into(),
         families: false,
         svg: None,
         summary: None,
@@ -446,6 +448,10 @@ fn run(cfg: &Config, only: &str, flavors: &[Flavor]) -> Result<Runs, String> {
     }
     if only.contains('n') {
         println!("{}", burst::render(&burst::run(cfg.n_keys)?));
+    }
+    if only.contains('o') {
+        let rows = fleet::run(cfg.o_clients, cfg.o_time)?;
+        println!("{}", fleet::render(&rows, cfg.o_time));
     }
     Ok(runs)
 }

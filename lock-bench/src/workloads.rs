@@ -46,6 +46,10 @@ pub struct Config {
     pub m_lease: Option<Duration>,
     /// (n): the numbers of keys in a burst of hand-offs.
     pub n_keys: &'static [usize],
+    /// (o): the numbers of clients in a fleet on one key, and how long
+    /// each fleet runs.
+    pub o_clients: &'static [usize],
+    pub o_time: Duration,
 }
 
 impl Config {
@@ -73,6 +77,8 @@ impl Config {
             m_rate: 1_000,
             m_lease: None,
             n_keys: &[1_000, 10_000, 50_000, 100_000],
+            o_clients: &[1, 8, 32, 128],
+            o_time: Duration::from_secs(5),
         }
     }
 
@@ -98,6 +104,8 @@ impl Config {
             // The default 30 s would keep the run waiting for the keys.
             m_lease: Some(Duration::from_millis(500)),
             n_keys: &[200],
+            o_clients: &[1, 4],
+            o_time: Duration::from_millis(300),
         }
     }
 }

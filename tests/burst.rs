@@ -262,3 +262,140 @@ async fn a_burst_on_cluster_waits_its_turn_in_the_client() {
         failed[0]
     );
 }
+
+/// A fleet on one key: 16 clients (each its own connections, as 16
+/// processes), one task each, taking the key in turn with a short body. A
+/// release names one waiting client, which alone tries at once: the
+/// servers' script calls per critical section stay bounded (16 clients
+/// woken by each release made it about 17).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_wakes_one_client_of_a_fleet() {
+    const CLIENTS: usize = 16;
+    const SECTIONS: usize = 20;
+    let _serial = SERIAL.lock().await;
+    let server = ServerOptions::unix().start().expect("redis-server");
+    let url = server.url();
+    let mut admin = admin(&url).await;
+    let mut clients = Vec::new();
+    for _ in 0..CLIENTS {
+        clients.push(LockClient::connect(&url).await.expect("connect"));
+    }
+    let () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut admin)
+        .await
+        .expect("CONFIG RESETSTAT");
+    let tasks: Vec<_> = clients
+        .iter()
+        .map(|client| {
+            let client = client.clone();
+            tokio::spawn(async move {
+                for _ in 0..SECTIONS {
+                    let options = LockOptions::new().wait(WITHIN);
+                    client
+                        .run_locked("fleet", options, async {
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                            Ok::<_, LockError>(())
+                        })
+                        .await
+                        .expect("a section");
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("fleet task");
+    }
+    let calls = info_sum(&[admin], "commandstats", "evalsha").await;
+    let sections = (CLIENTS * SECTIONS) as u64;
+    let per_section = calls as f64 / sections as f64;
+    assert!(
+        per_section <= 8.0,
+        "{calls} script calls for {sections} critical sections: {per_section:.2} each (at most 8)"
+    );
+}
+
+/// A release names a waiting client whose waiter has gone (cancelled): the
+/// other clients' waiters, held back, try after the pause and take the
+/// key, well within their wait, not at the end of the last holder's lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_client_that_left_does_not_stall_the_others() {
+    let _serial = SERIAL.lock().await;
+    let server = ServerOptions::unix().start().expect("redis-server");
+    let url = server.url();
+    let holder = LockClient::connect(&url).await.expect("connect");
+    let gone = LockClient::connect(&url).await.expect("connect");
+    let other = LockClient::connect(&url).await.expect("connect");
+    let (go, signal) = watch::channel(false);
+    let keys = Arc::new(vec!["left".to_owned()]);
+    let holders = hold_all(&holder, &keys, &signal).await;
+    // `gone` is first on the record of waiting clients, then leaves.
+    let waiting = {
+        let gone = gone.clone();
+        tokio::spawn(async move {
+            let options = LockOptions::new().wait(WITHIN);
+            gone.run_locked("left", options, async { Ok::<_, LockError>(()) })
+                .await
+        })
+    };
+    let mut admin = admin(&url).await;
+    let record = "lock:left:waiting{lock:left}";
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let places: u64 = redis::cmd("HLEN")
+            .arg(record)
+            .query_async(&mut admin)
+            .await
+            .expect("HLEN");
+        if places >= 1 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "`gone` never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    waiting.abort();
+    let _ = waiting.await;
+    let taker = {
+        let other = other.clone();
+        tokio::spawn(async move {
+            let options = LockOptions::new().wait(Duration::from_secs(10));
+            other
+                .run_locked("left", options, async {
+                    Ok::<_, LockError>(tokio::time::Instant::now())
+                })
+                .await
+        })
+    };
+    loop {
+        let places: u64 = redis::cmd("HLEN")
+            .arg(record)
+            .query_async(&mut admin)
+            .await
+            .expect("HLEN");
+        if places >= 2 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "`other` never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let released = tokio::time::Instant::now();
+    go.send_replace(true);
+    for task in holders {
+        task.await.expect("holder task").expect("the holder's call");
+    }
+    let took = taker
+        .await
+        .expect("taker task")
+        .expect("the other client took the key within its wait");
+    assert!(
+        took - released < Duration::from_secs(5),
+        "taken {:?} after the release",
+        took - released
+    );
+}

@@ -74,8 +74,9 @@ fn one_acquisition_holds_and_frees_the_lock(x: &mut Executor) {
         -1,
         "a second release changes nothing"
     );
-    // The freed lock keeps its fence for the rest of its lease.
-    assert_eq!(value(x), Some((token as u64, "f".into(), String::new())));
+    // The freed lock keeps its fence for the rest of its lease; its release
+    // named the waiting client `a` (refused above), so it reads `f:=`.
+    assert_eq!(value(x), Some((token as u64, "f".into(), "=".into())));
     let next = acquire(x, "a:2");
     assert!(next > token, "{token} then {next}");
 }

@@ -66,6 +66,15 @@ pub(crate) fn push_handler(
                 Some(Notice::Released { key, client, token }) if client != id.as_bytes() => {
                     waiters.wake_release(key, token);
                 }
+                // A contended release named the earliest waiting client:
+                // that client tries; the others hold back a moment.
+                Some(Notice::Named { key, client, token }) => {
+                    if client == id.as_bytes() {
+                        waiters.wake_release(key, token);
+                    } else {
+                        waiters.hold_back(key);
+                    }
+                }
                 _ => {}
             }
         }

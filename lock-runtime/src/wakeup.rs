@@ -12,6 +12,13 @@
 //! once at once). When the head gives up (timeout, cancellation) it wakes
 //! the queue, so the new head tries at once.
 //!
+//! Between clients, a contended release of an exclusive lock names the
+//! client that waited longest (the lock's record of waiting clients, see
+//! `docs/redis-layout.md`): that client's head tries at once, and the
+//! heads of the others hold back (see [`Waiters::hold_back`]), so that a
+//! hand-off costs the server about the same whatever the number of
+//! waiting clients.
+//!
 //! A fair line's release names the waiter that goes next; the name is kept
 //! only while that waiter is in line here. A fair hold's release by this
 //! client wakes its waiters of other kinds on the key, which are in no fair
@@ -19,9 +26,10 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock, PoisonError};
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 #[derive(Default)]
 struct Slot {
@@ -42,6 +50,33 @@ struct Slot {
     /// waiters of other kinds waited on it (see
     /// [`Waiters::wake_other_kinds`]).
     fair_released: AtomicU64,
+    /// How many wake-ups with news the line had (a release, a name, a
+    /// reconnect, a head leaving): a hold-back (see [`Waiters::hold_back`])
+    /// is not news.
+    news: AtomicU64,
+    /// Until when the head holds back after a release that named another
+    /// client, in nanoseconds after [`EPOCH`] (0: it does not).
+    held_back_until: AtomicU64,
+}
+
+/// How long the head of a line holds back after a release named a waiting
+/// client of another process (that client tries first): it tries then,
+/// unless another release came meanwhile (which holds it back again, or
+/// wakes it). Long against a hand-off (a round trip or two), so that the
+/// line's other clients ask nothing while the named one takes the lock;
+/// it bounds what a named client that went away (its waiter gave up, its
+/// process died) costs the others.
+pub(crate) const HOLD_BACK: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The instant that [`Slot::held_back_until`] counts from.
+static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+
+impl Slot {
+    /// Wakes the line with news: its head tries.
+    fn news(&self) {
+        self.news.fetch_add(1, Ordering::AcqRel);
+        self.notify.notify_waiters();
+    }
 }
 
 /// One waiter in a line.
@@ -119,6 +154,7 @@ impl Waiters {
             self.changed(key);
         }
         let fair_released = slot.fair_released.load(Ordering::Acquire);
+        let seen_news = AtomicU64::new(slot.news.load(Ordering::Acquire));
         Ticket {
             waiters: self.clone(),
             key: key.into(),
@@ -127,6 +163,7 @@ impl Waiters {
             owner,
             wake_on_leave: AtomicBool::new(true),
             fair_released: AtomicU64::new(fair_released),
+            seen_news,
         }
     }
 
@@ -136,7 +173,7 @@ impl Waiters {
     pub(crate) fn wake_release(&self, key: &[u8], token: u64) {
         if let Some(slot) = self.slot(key) {
             if token == 0 || slot.last_release.swap(token, Ordering::AcqRel) != token {
-                slot.notify.notify_waiters();
+                slot.news();
             }
         }
     }
@@ -159,6 +196,18 @@ impl Waiters {
             })
         });
         if let Some(slot) = slot {
+            slot.news();
+        }
+    }
+
+    /// A release of `key` named a waiting client of another process: the
+    /// head here holds back for [`HOLD_BACK`] (woken, so that it sleeps
+    /// until then at most), then tries unless news came meanwhile.
+    pub(crate) fn hold_back(&self, key: &[u8]) {
+        if let Some(slot) = self.slot(key) {
+            let until = (Instant::now() + HOLD_BACK).saturating_duration_since(*EPOCH);
+            let until = u64::try_from(until.as_nanos()).unwrap_or(u64::MAX).max(1);
+            slot.held_back_until.store(until, Ordering::Release);
             slot.notify.notify_waiters();
         }
     }
@@ -179,7 +228,7 @@ impl Waiters {
             })
         });
         if let Some(slot) = slot {
-            slot.notify.notify_waiters();
+            slot.news();
         }
     }
 
@@ -192,7 +241,7 @@ impl Waiters {
 
     /// Wakes every queue: news may have been missed (a reconnect).
     pub(crate) fn wake_all(&self) {
-        self.with(|lines| lines.values().for_each(|l| l.slot.notify.notify_waiters()));
+        self.with(|lines| lines.values().for_each(|l| l.slot.news()));
     }
 }
 
@@ -208,6 +257,8 @@ pub(crate) struct Ticket {
     wake_on_leave: AtomicBool,
     /// The slot's count of fair releases that this waiter has seen.
     fair_released: AtomicU64,
+    /// The slot's count of news that this waiter has seen.
+    seen_news: AtomicU64,
 }
 
 impl Ticket {
@@ -246,6 +297,22 @@ impl Ticket {
     pub(crate) fn fair_released(&self) -> bool {
         let count = self.slot.fair_released.load(Ordering::Acquire);
         self.fair_released.swap(count, Ordering::AcqRel) != count
+    }
+
+    /// After a wake-up: `Some(until)` when nothing but a release that named
+    /// another client's waiter came since this waiter last looked (see
+    /// [`Waiters::hold_back`]): it holds back until then; `None` when news
+    /// came, or the hold-back is over.
+    pub(crate) fn held_back(&self) -> Option<Instant> {
+        let news = self.slot.news.load(Ordering::Acquire);
+        if self.seen_news.swap(news, Ordering::AcqRel) != news {
+            return None;
+        }
+        match self.slot.held_back_until.load(Ordering::Acquire) {
+            0 => None,
+            until => Some(*EPOCH + std::time::Duration::from_nanos(until)),
+        }
+        .filter(|until| *until > Instant::now())
     }
 
     /// Whether other waiters are in this line besides this one.
@@ -293,7 +360,7 @@ impl Drop for Ticket {
         if was_head && *self.wake_on_leave.get_mut() && !last {
             // A release may have come for the head that is leaving: the new
             // head must try.
-            self.slot.notify.notify_waiters();
+            self.slot.news();
         }
         if last {
             self.waiters.changed(&self.key);

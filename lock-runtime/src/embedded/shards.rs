@@ -27,6 +27,22 @@ use crate::route::cluster::slot_of;
 /// How many shards a keyspace has.
 const SHARDS: usize = 16;
 
+/// The name of the record of the clients waiting on the lock `key`, as the
+/// lock scripts make it (`waiting_key` in `kind/lua/exclusive/read.lua`):
+/// the lock's name with `:waiting` after it, and the lock's name as the
+/// hash tag when it has none; `None` when the name has braces but no tag.
+fn waiting_key(key: &[u8]) -> Option<Vec<u8>> {
+    let open = key.iter().position(|b| *b == b'{');
+    let Some(open) = open else {
+        if key.contains(&b'}') {
+            return None;
+        }
+        return Some([key, b":waiting{", key, b"}"].concat());
+    };
+    let close = key[open + 1..].iter().position(|b| *b == b'}')?;
+    (close > 0).then(|| [key, b":waiting"].concat())
+}
+
 /// A keyspace's shards and the scripts loaded into it.
 pub(super) struct Shards {
     engines: Box<[OnceLock<Mutex<Engine>>]>,
@@ -197,10 +213,14 @@ impl Shards {
         let Some(((_, home), others)) = guards.split_first_mut() else {
             return (Err("ERR no shard".into()), Vec::new());
         };
-        let visitors: Vec<&[u8]> = keys
+        // Each key with the record of its waiting clients, which a lock's
+        // scripts reach without declaring it (in the key's slot, so in its
+        // shard).
+        let visitors: Vec<Vec<u8>> = keys
             .iter()
             .copied()
             .filter(|k| shard_of(k) != first)
+            .flat_map(|k| std::iter::once(k.to_vec()).chain(waiting_key(k)))
             .collect();
         for key in &visitors {
             let owner = others.iter_mut().find(|(i, _)| *i == shard_of(key));
@@ -306,4 +326,25 @@ fn merge_stats(a: &str, b: &str) -> String {
         ));
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{shard_of, waiting_key};
+
+    #[test]
+    fn a_locks_record_of_waiting_clients_is_in_its_slot() {
+        for key in ["lock:a", "lock:{a}:b", "lock:{order:1}"] {
+            let record = waiting_key(key.as_bytes()).expect("a record");
+            assert!(record.starts_with(key.as_bytes()));
+            assert_eq!(shard_of(&record), shard_of(key.as_bytes()), "{key}");
+        }
+        assert_eq!(
+            waiting_key(b"lock:a"),
+            Some(b"lock:a:waiting{lock:a}".to_vec())
+        );
+        for key in ["lock:a{b", "lock:a}b", "lock:{}b"] {
+            assert_eq!(waiting_key(key.as_bytes()), None, "{key}");
+        }
+    }
 }

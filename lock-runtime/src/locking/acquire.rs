@@ -274,7 +274,15 @@ impl Line<'_> {
             // A fair hold of this client released: a waiter of another kind
             // is in no fair line, and no notice names it.
             let fair_freed = !fair && ticket.fair_released();
-            if beat || fair_freed || tries((head, place.armed), timer, ticket.named()) {
+            // A release named another client's waiter, and no news came
+            // since: that client tries first; this head, after a pause.
+            let held_back = if timer { None } else { ticket.held_back() };
+            if let Some(until) = held_back {
+                retry_at = until.min(deadline);
+            }
+            let tries_now =
+                held_back.is_none() && tries((head, place.armed), timer, ticket.named());
+            if beat || fair_freed || tries_now {
                 let sent = Instant::now();
                 *self.attempts += 1;
                 ticket.asking();

@@ -317,6 +317,14 @@ pub(crate) enum Notice<'a> {
         client: &'a [u8],
         n: u64,
     },
+    /// A release of `key` (its fencing token `token`) named the waiting
+    /// client `client`, the earliest on the lock's record of waiting
+    /// clients: that client tries first.
+    Named {
+        key: &'a [u8],
+        client: &'a [u8],
+        token: u64,
+    },
 }
 
 /// The release notice in `info`, if it is one.
@@ -332,17 +340,24 @@ pub(crate) fn notice(info: &PushInfo) -> Option<Notice<'_>> {
         return None;
     };
     let (client, number) = split_id(payload)?;
-    Some(match client.strip_prefix(b">") {
-        Some(client) => Notice::Next {
+    if let Some(client) = client.strip_prefix(b">") {
+        return Some(Notice::Next {
             key,
             client,
             n: number,
-        },
-        None => Notice::Released {
+        });
+    }
+    if let Some(client) = client.strip_prefix(b"=") {
+        return Some(Notice::Named {
             key,
             client,
             token: number,
-        },
+        });
+    }
+    Some(Notice::Released {
+        key,
+        client,
+        token: number,
     })
 }
 

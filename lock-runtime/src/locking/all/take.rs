@@ -161,7 +161,12 @@ impl Set<'_> {
                     }
                 };
                 tokio::select! {
-                    () = news => retry_at = Instant::now(),
+                    // A release that named another client's waiter holds
+                    // this one back (see `Ticket::held_back`).
+                    () = news => {
+                        let held_back = line.as_ref().and_then(|(_, ticket)| ticket.held_back());
+                        retry_at = held_back.unwrap_or_else(Instant::now);
+                    }
                     () = sleep => {}
                 }
                 None

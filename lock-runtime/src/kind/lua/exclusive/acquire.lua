@@ -21,7 +21,8 @@
 -- client counts its lease from this request, so the node must keep the
 -- hold at least that long;
 -- -2 - ttl when another owner holds it, where ttl is the holder's remaining
--- lease in milliseconds (so -1 when the key has no expiry).
+-- lease in milliseconds (so -1 when the key has no expiry); the caller's
+-- client is then recorded as waiting (see note_waiting in read.lua).
 -- On a shared kind's hash: takes it when nothing lives there; behind
 -- readers, {-2 - ttl} (the writer now keeps a claim that new readers wait
 -- behind, for the waiter lease); LOCKKIND on another kind.
@@ -62,7 +63,9 @@ if kept then
     if state == 'h' then
       redis.call('set', key, 'L1:' .. kept .. ':w:' .. holder, 'keepttl')
     end
-    return -2 - redis.call('pttl', key)
+    local ttl = redis.call('pttl', key)
+    note_waiting(key, owner, ttl)
+    return -2 - ttl
   end
 end
 local now = server_time()
@@ -70,7 +73,13 @@ local token = math.max(fence + 1, tonumber(now[1]) * 1000000 + tonumber(now[2]))
 if token > MAX_FENCE then
   return redis.error_reply('LOCKLAYOUT ' .. key .. ' has no fencing token left below 2^53 - 1 (its fence or the server clock is past it)')
 end
-redis.call('set', key, 'L1:' .. string.format('%d', token) .. ':h:' .. owner, 'px', ARGV[2])
+-- A lock freed by a release that named a waiting client: others may wait
+-- still, and this hold's release must tell them.
+local taken = 'h'
+if state == 'f' and holder == '=' and others_waiting(key, owner) then
+  taken = 'w'
+end
+redis.call('set', key, 'L1:' .. string.format('%d', token) .. ':' .. taken .. ':' .. owner, 'px', ARGV[2])
 if ARGV[4] then
   return {token, tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)}
 end

@@ -27,7 +27,11 @@
 -- When freed or kept, publishes `ARGV[2]:ARGV[3]` on the channel named
 -- KEYS[1] if a caller found the lock held (uncontended releases publish
 -- nothing): a waiter tries again and learns the new expiry; a publish
--- refused (NOPERM: no rights on the channel) is ignored.
+-- refused (NOPERM: no rights on the channel) is ignored. A freed lock with
+-- a client on its record of waiting clients (see read.lua) names the
+-- earliest instead, `=<client>:ARGV[3]`, takes it off the record and reads
+-- `L1:<fence>:f:=`: only that client tries at once (the others, after a
+-- pause, if no other release came meanwhile).
 -- On a shared kind's hash: frees the owner's hold, or withdraws its place
 -- in a line (a waiting writer's claim, a fair waiter's ticket: answered -1);
 -- see ../shared/hash.lua.
@@ -56,14 +60,21 @@ if ARGV[4] then
   local now = server_time()
   left = tonumber(ARGV[4]) - (tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
 end
+local message = ARGV[2] .. ':' .. ARGV[3]
 if left > 0 then
   redis.call('set', key, 'L1:' .. fence .. ':' .. state .. ':' .. kept, 'px', left)
 else
-  redis.call('set', key, 'L1:' .. fence .. ':f:', 'keepttl')
+  local named = state == 'w' and next_waiting(key)
+  if named then
+    message = '=' .. named .. ':' .. ARGV[3]
+    redis.call('set', key, 'L1:' .. fence .. ':f:=', 'keepttl')
+  else
+    redis.call('set', key, 'L1:' .. fence .. ':f:', 'keepttl')
+  end
 end
 if state == 'w' then
   -- pcall: the lock is freed now, whatever the publish does; a user without
   -- rights on the channel (NOPERM) must not make the release look failed.
-  redis.pcall('publish', key, ARGV[2] .. ':' .. ARGV[3])
+  redis.pcall('publish', key, message)
 end
 return 1

@@ -310,7 +310,7 @@ async fn a_waiter_follows_its_key_across_a_slot_migration() {
     );
 }
 
-/// Moves the slot of `key` (and the key) from master `from` to master `to`.
+/// Moves the slot of `key` (and its keys) from master `from` to master `to`.
 fn migrate_slot_of(cluster: &RedisCluster, key: &str, from: usize, to: usize) {
     let slot: u16 = redis::cmd("CLUSTER")
         .arg("KEYSLOT")
@@ -328,6 +328,18 @@ fn migrate_slot_of(cluster: &RedisCluster, key: &str, from: usize, to: usize) {
     };
     setslot(to, &["IMPORTING", &from_id]);
     setslot(from, &["MIGRATING", &to_id]);
+    // Every key of the slot, as a resharding moves them (the lock's record
+    // of waiting clients is there beside it).
+    let keys: Vec<String> = redis::cmd("CLUSTER")
+        .arg("GETKEYSINSLOT")
+        .arg(slot)
+        .arg(1000)
+        .query(&mut cluster.connection(from))
+        .expect("CLUSTER GETKEYSINSLOT");
+    assert!(
+        keys.iter().any(|k| k == key),
+        "{key} is not in its slot: {keys:?}"
+    );
     let _: redis::Value = redis::cmd("MIGRATE")
         .arg("127.0.0.1")
         .arg(cluster.nodes[to].port())
@@ -335,7 +347,7 @@ fn migrate_slot_of(cluster: &RedisCluster, key: &str, from: usize, to: usize) {
         .arg(0)
         .arg(5000)
         .arg("KEYS")
-        .arg(key)
+        .arg(&keys)
         .query(&mut cluster.connection(from))
         .expect("MIGRATE");
     setslot(to, &["NODE", &to_id]);

@@ -60,19 +60,20 @@ if ARGV[4] then
   local now = server_time()
   left = tonumber(ARGV[4]) - (tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000))
 end
-local message = ARGV[2] .. ':' .. ARGV[3]
+local named
 if left > 0 then
   redis.call('set', key, 'L1:' .. fence .. ':' .. state .. ':' .. kept, 'px', left)
+elseif state == 'w' then
+  named = next_waiting(key)
+  redis.call('set', key, 'L1:' .. fence .. (named and ':f:=' or ':f:'), 'keepttl')
 else
-  local named = state == 'w' and next_waiting(key)
-  if named then
-    message = '=' .. named .. ':' .. ARGV[3]
-    redis.call('set', key, 'L1:' .. fence .. ':f:=', 'keepttl')
-  else
-    redis.call('set', key, 'L1:' .. fence .. ':f:', 'keepttl')
-  end
+  redis.call('set', key, 'L1:' .. fence .. ':f:', 'keepttl')
 end
 if state == 'w' then
+  local message = ARGV[2] .. ':' .. ARGV[3]
+  if named then
+    message = '=' .. named .. ':' .. ARGV[3]
+  end
   -- pcall: the lock is freed now, whatever the publish does; a user without
   -- rights on the channel (NOPERM) must not make the release look failed.
   redis.pcall('publish', key, message)

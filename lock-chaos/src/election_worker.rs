@@ -25,9 +25,9 @@ use lock_runtime::{LockError, LockOptions, LossReason, Term, TermEnd};
 
 use crate::clock::now_ns;
 use crate::election::{self, EndKind, TermEnded, TermStart, Tick, TickResult, Why};
+use crate::process::{self, WorkerArgs};
 use crate::record;
 use crate::rng::Rng;
-use crate::worker::{self, WorkerArgs};
 
 /// Whether the known defect of unfenced ticks is on.
 const UNFENCED: bool = cfg!(feature = "defect-unfenced-ticks");
@@ -101,7 +101,7 @@ async fn write(seat: &Seat, token: u64, by_hand: bool) -> Result<(), LockError> 
     };
     let w = match seat.client {
         0 => lock_runtime::fenced(fence),
-        _ => worker::second().fenced_write(fence),
+        _ => process::second().fenced_write(fence),
     };
     let w = w.cmd("RPUSH", [&seat.resource], token);
     let w = if by_hand { w.token(token) } else { w };
@@ -253,7 +253,7 @@ async fn run_campaign(seat: Seat, c: Campaign, mut terms: Rng) {
     let options = LockOptions::new().lease(Duration::from_millis(c.lease_ms));
     let lead: Campaigning = match c.client {
         0 => Box::pin(lock_runtime::lead(&seat.key, options, f)),
-        _ => Box::pin(worker::second().lead(&seat.key, options, f)),
+        _ => Box::pin(process::second().lead(&seat.key, options, f)),
     };
     let limit = seat.until.saturating_duration_since(Instant::now()) + Duration::from_secs(2);
     // Past the limit the campaign is dropped (the run is over).

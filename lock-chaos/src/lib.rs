@@ -23,6 +23,7 @@ pub mod index;
 pub mod kinds;
 pub mod multi;
 pub mod plan;
+pub mod process;
 pub mod proxy;
 pub mod record;
 pub mod reentry;

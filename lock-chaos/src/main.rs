@@ -10,9 +10,10 @@ use lock_chaos::harness::{self, Mode, RunConfig};
 use lock_chaos::history::History;
 use lock_chaos::index::Limits;
 use lock_chaos::multi;
+use lock_chaos::process::WorkerArgs;
 use lock_chaos::report;
 use lock_chaos::timeline;
-use lock_chaos::worker::{self, WorkerArgs};
+use lock_chaos::worker;
 
 const USAGE: &str = "usage: lock-chaos [--minutes N | --seconds N] [--seed S] \
 [--mode single|redlock|both|cluster|sentinel|all] [--workers N] [--tasks N] [--show N] [--history DIR]

@@ -15,51 +15,9 @@ use lock_runtime::{
 use crate::history::{LockKind, NestKind, Outcome};
 use crate::multi;
 use crate::plan::{self, How, Inner, Op, Space, Step};
+use crate::process::{self, WorkerArgs};
 use crate::record::{self, BodyGuard, CallGuard, Ctx};
 use crate::rng::Rng;
-
-/// What a worker is told on its command line.
-#[derive(Debug, Clone)]
-pub struct WorkerArgs {
-    /// Worker index.
-    pub proc: u32,
-    /// The run's seed.
-    pub seed: u64,
-    /// How many tasks.
-    pub tasks: u32,
-    /// Server URLs: one node or five for Redlock (through the proxies),
-    /// the cluster's nodes, or the sentinels.
-    pub urls: Vec<String>,
-    /// The deployment: `single`, `redlock`, `cluster` or `sentinel`.
-    pub deploy: String,
-    /// The key prefix.
-    pub prefix: String,
-    /// Where to write the history.
-    pub out: String,
-    /// How long to make calls (ms).
-    pub run_ms: u64,
-    /// Whether sibling calls always take two different keys.
-    pub distinct_siblings: bool,
-    /// Whether the tasks run the kinds workload ([`plan::kinds_op`])
-    /// instead of the plain one.
-    pub lock_kinds: bool,
-    /// The share of top-level operations that are multi-key calls
-    /// ([`multi::op`], %).
-    pub multi: u64,
-    /// Whether the tasks campaign for leadership instead
-    /// ([`crate::election_worker`]).
-    pub election: bool,
-    /// How many times this worker was started before in the run (a killed
-    /// worker is started again, with the next number).
-    pub life: u32,
-}
-
-static SECOND: OnceLock<LockClient> = OnceLock::new();
-
-/// The worker's second client (connected before any task runs).
-pub fn second() -> &'static LockClient {
-    SECOND.get().expect("second client")
-}
 
 /// A body's error: the lock's, or its own.
 #[derive(Debug)]
@@ -318,7 +276,7 @@ fn site_call(step: Step, site: Site) -> Boxed {
                 lock_runtime::run_locked(&ctx.key, options, body(&step, &ctx)).await
             }
             (How::RunLocked, _) => {
-                let second = SECOND.get().expect("second client");
+                let second = process::second();
                 second
                     .run_locked(&ctx.key, options, body(&step, &ctx))
                     .await
@@ -389,7 +347,7 @@ fn multi_call(step: Step, site: Site) -> Boxed {
         let result = match step.client {
             0 => lock_runtime::run_locked_all(&listed, options, body).await,
             _ => {
-                let second = SECOND.get().expect("second client");
+                let second = process::second();
                 second.run_locked_all(&listed, options, body).await
             }
         };
@@ -473,7 +431,7 @@ pub async fn run(args: WorkerArgs) -> Result<(), String> {
     let second = connect(&args.prefix, &args.deploy, &args.urls)
         .await
         .map_err(|e| e.to_string())?;
-    let _ = SECOND.set(second);
+    process::set_second(second);
     let until = Instant::now() + Duration::from_millis(args.run_ms);
     if args.election {
         crate::election_worker::run(&args, until).await;

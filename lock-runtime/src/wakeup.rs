@@ -64,9 +64,11 @@ struct Slot {
 /// unless another release came meanwhile (which holds it back again, or
 /// wakes it). Long against a hand-off (a round trip or two), so that the
 /// line's other clients ask nothing while the named one takes the lock;
-/// it bounds what a named client that went away (its waiter gave up, its
-/// process died) costs the others.
-pub(crate) const HOLD_BACK: std::time::Duration = std::time::Duration::from_millis(250);
+/// short against the 200 ms for which a free key may stand untaken while
+/// callers wait (the fault checker's availability rule), since it is what
+/// a named client that went away (its waiter gave up, its process died)
+/// costs the others.
+pub(crate) const HOLD_BACK: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The instant that [`Slot::held_back_until`] counts from.
 static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);

@@ -119,7 +119,7 @@ async fn fleet(url: &str, clients: usize, time: Duration) -> Res<Fleet> {
 /// The Markdown section of (o).
 pub fn render(rows: &[Fleet], time: Duration) -> String {
     let mut out = format!(
-        "### (o) A fleet on one key: C clients (each its own connections), max(32, C) tasks, 1 ms critical sections, {:.0} s each\n\n\
+        "### (o) A fleet on one key: C clients (each its own connections), max(32, C) tasks, 1 ms critical sections, {:.1} s each\n\n\
          | clients | tasks | critical sections per second | script calls per section | wait p50 | wait p99 |\n\
          |---|---|---|---|---|---|\n",
         time.as_secs_f64()

@@ -28,11 +28,11 @@ pub struct WorkerArgs {
     pub run_ms: u64,
     /// Whether sibling calls always take two different keys.
     pub distinct_siblings: bool,
-    /// Whether the tasks run the kinds workload ([`plan::kinds_op`])
+    /// Whether the tasks run the kinds workload ([`crate::plan::kinds_op`])
     /// instead of the plain one.
     pub lock_kinds: bool,
     /// The share of top-level operations that are multi-key calls
-    /// ([`multi::op`], %).
+    /// ([`crate::multi::op`], %).
     pub multi: u64,
     /// Whether the tasks campaign for leadership instead
     /// ([`crate::election_worker`]).

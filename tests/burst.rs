@@ -315,6 +315,27 @@ async fn a_release_wakes_one_client_of_a_fleet() {
     );
 }
 
+/// Waits until `places` clients are on the lock's `record` of waiting
+/// clients (the latest, `who`).
+async fn wait_for_places(admin: &mut MultiplexedConnection, record: &str, places: u64, who: &str) {
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        let now: u64 = redis::cmd("HLEN")
+            .arg(record)
+            .query_async(admin)
+            .await
+            .expect("HLEN");
+        if now >= places {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "`{who}` never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// A release names a waiting client whose waiter has gone (cancelled): the
 /// other clients' waiters, held back, try after the pause and take the
 /// key, well within their wait, not at the end of the last holder's lease.
@@ -340,22 +361,7 @@ async fn a_named_client_that_left_does_not_stall_the_others() {
     };
     let mut admin = admin(&url).await;
     let record = "lock:left:waiting{lock:left}";
-    let deadline = tokio::time::Instant::now() + WITHIN;
-    loop {
-        let places: u64 = redis::cmd("HLEN")
-            .arg(record)
-            .query_async(&mut admin)
-            .await
-            .expect("HLEN");
-        if places >= 1 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "`gone` never waited"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for_places(&mut admin, record, 1, "gone").await;
     waiting.abort();
     let _ = waiting.await;
     let taker = {
@@ -369,21 +375,7 @@ async fn a_named_client_that_left_does_not_stall_the_others() {
                 .await
         })
     };
-    loop {
-        let places: u64 = redis::cmd("HLEN")
-            .arg(record)
-            .query_async(&mut admin)
-            .await
-            .expect("HLEN");
-        if places >= 2 {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "`other` never waited"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_for_places(&mut admin, record, 2, "other").await;
     let released = tokio::time::Instant::now();
     go.send_replace(true);
     for task in holders {

@@ -248,26 +248,43 @@ async fn subscribed(
     }
 }
 
+/// The sum over the servers of what `read` takes from each one's `INFO
+/// section`.
+async fn info_sum<T: std::iter::Sum<T>>(
+    admins: &[MultiplexedConnection],
+    section: &str,
+    read: impl Fn(&str) -> T,
+) -> Res<T> {
+    let mut each = Vec::with_capacity(admins.len());
+    for admin in admins {
+        let info: String = redis::cmd("INFO")
+            .arg(section)
+            .query_async(&mut admin.clone())
+            .await
+            .map_err(redis_err)?;
+        each.push(read(&info));
+    }
+    Ok(each.into_iter().sum())
+}
+
+/// The numbers of the fields `names` in an INFO text, summed.
+fn fields<T: std::str::FromStr + std::iter::Sum<T>>(info: &str, names: &[&str]) -> T {
+    info.lines()
+        .filter_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            names.contains(&name).then(|| value.trim().parse().ok())?
+        })
+        .sum()
+}
+
 /// The channels subscribed on the servers, all clients together (INFO
 /// stats: `pubsub_channels`, or on a cluster `pubsubshard_channels`).
 async fn channels(deployment: Where, admins: &[MultiplexedConnection]) -> Res<u64> {
     let field = match deployment {
-        Where::OneNode => "pubsub_channels:",
-        Where::Cluster => "pubsubshard_channels:",
+        Where::OneNode => "pubsub_channels",
+        Where::Cluster => "pubsubshard_channels",
     };
-    let mut count = 0;
-    for admin in admins {
-        let info: String = redis::cmd("INFO")
-            .arg("stats")
-            .query_async(&mut admin.clone())
-            .await
-            .map_err(redis_err)?;
-        count += info
-            .lines()
-            .find_map(|line| line.strip_prefix(field)?.trim().parse::<u64>().ok())
-            .unwrap_or(0);
-    }
-    Ok(count)
+    info_sum(admins, "stats", |info| fields::<u64>(info, &[field])).await
 }
 
 /// Waits until the servers run no script for 100 ms (the waiters' tries
@@ -275,15 +292,10 @@ async fn channels(deployment: Where, admins: &[MultiplexedConnection]) -> Res<u6
 async fn quiet(admins: &[MultiplexedConnection]) -> Res<()> {
     let mut last = u64::MAX;
     for _ in 0..300 {
-        let mut calls = 0;
-        for admin in admins {
-            let info: String = redis::cmd("INFO")
-                .arg("commandstats")
-                .query_async(&mut admin.clone())
-                .await
-                .map_err(redis_err)?;
-            calls += lock_testkit::calls_in(&info, "evalsha");
-        }
+        let calls = info_sum(admins, "commandstats", |info| {
+            lock_testkit::calls_in(info, "evalsha")
+        })
+        .await?;
         if calls == last {
             return Ok(());
         }
@@ -293,26 +305,12 @@ async fn quiet(admins: &[MultiplexedConnection]) -> Res<()> {
     Ok(())
 }
 
-/// The servers' CPU seconds so far (INFO cpu), summed.
+/// The servers' CPU seconds so far (INFO cpu, user and system), summed.
 async fn cpu(admins: &[MultiplexedConnection]) -> Res<f64> {
-    let mut sum = 0.0;
-    for admin in admins {
-        let info: String = redis::cmd("INFO")
-            .arg("cpu")
-            .query_async(&mut admin.clone())
-            .await
-            .map_err(redis_err)?;
-        sum += info
-            .lines()
-            .filter_map(|line| {
-                let value = line
-                    .strip_prefix("used_cpu_user:")
-                    .or_else(|| line.strip_prefix("used_cpu_sys:"))?;
-                value.trim().parse::<f64>().ok()
-            })
-            .sum::<f64>();
-    }
-    Ok(sum)
+    info_sum(admins, "cpu", |info| {
+        fields::<f64>(info, &["used_cpu_user", "used_cpu_sys"])
+    })
+    .await
 }
 
 /// The Markdown section of (n).

@@ -121,14 +121,18 @@ impl ServerOptions {
         self
     }
 
-    /// A cluster node (`cluster-enabled`, `nodes.conf`, this node timeout)
-    /// on a free port whose bus port is free too.
+    /// A cluster node (`cluster-enabled`, `nodes.conf`, this node timeout,
+    /// a replica's sync without delay) on a free port whose bus port is
+    /// free too.
     pub fn cluster_node(mut self, node_timeout_ms: u64) -> ServerOptions {
         self.port = Port::FreeCluster;
         let timeout = node_timeout_ms.to_string();
         self.args(["--cluster-enabled", "yes"])
             .args(["--cluster-config-file", "nodes.conf"])
             .args(["--cluster-node-timeout", timeout.as_str()])
+            // A replica's first sync starts at once, not after the 5 s a
+            // diskless sync waits by default for more replicas to join.
+            .args(["--repl-diskless-sync-delay", "0"])
     }
 
     /// The password its URL and admin connections carry (the server's

@@ -20,8 +20,14 @@ const LEASE: Duration = ms(1000);
 const WAITER_LEASE: Duration = ms(300);
 /// A release's answer: the hold was freed.
 const FREED: i64 = 1;
-/// A release's answer: the owner held nothing (a withdrawn place included).
+/// A release's answer: the owner held nothing (a withdrawn place included),
+/// and nothing names who freed it.
 const NOT_HELD: i64 = -1;
+/// A release's answer: the exclusive lock is free, freed by this owner's
+/// own earlier release.
+const FREED_BEFORE: i64 = -2;
+/// A release's answer: another owner holds the exclusive lock.
+const TAKEN: i64 = -4;
 /// A renewal's answers.
 const RENEWED: i64 = 1;
 const GONE: i64 = 0;
@@ -246,6 +252,7 @@ impl<'a> Bench<'a> {
             .arg("client-a")
             .arg(7)
             .invoke(self.x)
+            .map(support::release_answer)
             .expect("release")
     }
 
@@ -297,9 +304,9 @@ fn exclusive_refuses_others_and_gives_its_holder_its_token_back(x: &mut Executor
     assert_eq!(b.acquire("a", Kind::Exclusive), Acquire::Acquired(token));
     b.pass(ms(600));
     b.assert_held("b", Kind::Exclusive, ms(400));
-    assert_eq!(b.release("b"), NOT_HELD);
+    assert_eq!(b.release("b"), TAKEN);
     assert_eq!(b.release("a"), FREED);
-    assert_eq!(b.release("a"), NOT_HELD);
+    assert_eq!(b.release("a"), FREED_BEFORE);
     let next = b.token("b", Kind::Exclusive);
     b.assert_next_token(next, token);
 }
@@ -728,9 +735,15 @@ fn inspect_of_a_freed_key_shows_its_kept_fence(x: &mut Executor) {
         let token = b.token("a", kind);
         assert_eq!(b.release("a"), FREED);
         let inspected = b.inspect();
+        // The exclusive lock's freed value names the owner that freed it.
+        let freer = if matches!(kind, Kind::Exclusive) {
+            "a"
+        } else {
+            ""
+        };
         assert_eq!(
             inspected[..3],
-            [token.to_string(), "f".into(), String::new()],
+            [token.to_string(), "f".into(), freer.into()],
             "{kind:?}"
         );
         let left: i64 = inspected[3].parse().expect("ms");

@@ -194,10 +194,10 @@ on_both_backends! {
         let forced = env.other_client().await.force_unlock("lost").await.expect("force_unlock");
         assert!(forced, "the term's lock was held");
         let reason = timeout(LIMIT, lost).await.expect("lost() completed").expect("task");
-        assert_eq!(reason, LossReason::Taken);
+        assert_eq!(reason, LossReason::ForceUnlocked);
         let end = timeout(LIMIT, ended).await.expect("ended() completed").expect("task");
-        assert_eq!(end, TermEnd::Lost(LossReason::Taken));
-        assert_eq!(at_once(first.lost()).await, Some(LossReason::Taken));
+        assert_eq!(end, TermEnd::Lost(LossReason::ForceUnlocked));
+        assert_eq!(at_once(first.lost()).await, Some(LossReason::ForceUnlocked));
         let (second, first_dropped) =
             timeout(LIMIT, elected.recv()).await.expect("elected again").expect("term");
         assert!(first_dropped, "f was called again before the lost term's future was dropped");

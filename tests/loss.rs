@@ -55,7 +55,7 @@ async fn a_renewal_that_finds_the_lock_gone_stops_the_body() {
     assert_eq!(key, "lock:vanishing");
     assert_eq!(reason, LossReason::Taken);
     assert_eq!(found_by, FoundBy::Renewal);
-    assert!(shown.contains("a renewal found it"), "{shown}");
+    assert!(shown.contains("a renewal found"), "{shown}");
     // Found at the next renewal, a third of the lease later.
     assert!(
         deleted.elapsed() < Duration::from_secs(3),
@@ -83,7 +83,8 @@ async fn a_release_that_finds_the_lock_gone_reports_the_loss() {
         .await;
     let (shown, key, reason, found_by) = lost_parts(result);
     assert_eq!(key, "lock:gone-early");
-    assert_eq!(reason, LossReason::Taken);
+    // Nothing names who freed it, and nobody holds it: gone.
+    assert_eq!(reason, LossReason::Gone);
     assert_eq!(found_by, FoundBy::Release);
     // No renewal ran: the message says the release found it.
     assert!(shown.contains("the release"), "{shown}");
@@ -190,7 +191,7 @@ async fn a_release_after_a_restart_reports_the_loss() {
         })
         .await;
     match result {
-        Err(LockError::Lost { reason, .. }) => assert_eq!(reason, LossReason::Taken),
+        Err(LockError::Lost { reason, .. }) => assert_eq!(reason, LossReason::Gone),
         other => panic!("expected Lost, got {other:?}"),
     }
 }
@@ -218,13 +219,18 @@ async fn a_release_that_cannot_reach_redis_is_no_success() {
     }
 }
 
-/// The release's answer is lost after Redis ran it (the connection drops
-/// every answer from the body's end on, and closes once the release ran): the release is sent
-/// again on a new connection and finds the lock free, freed by its own
-/// first send. That is not a taking: the call says the release went
-/// unanswered, and hands back what the body returned.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_whose_answer_is_lost_is_not_called_taken() {
+/// Runs a call on `key` whose release's answer is lost after Redis ran it
+/// (the connection drops every answer from the body's end on, and closes
+/// once the release ran): the release is sent again on a new connection.
+/// `between` runs on a connection of the test's own after the first send
+/// freed the lock and before the second is sent.
+async fn release_with_a_lost_answer(
+    key: &'static str,
+    between: impl FnOnce(&mut redis::Connection) + Send + 'static,
+) -> (
+    lock_runtime::Outcome<&'static str, LockError>,
+    lock_testkit::Server,
+) {
     let server = lock_testkit::Server::tcp(&[]);
     let proxy =
         lock_testkit::Proxy::start(([127, 0, 0, 1], server.port()).into()).expect("the proxy");
@@ -258,7 +264,7 @@ async fn a_release_whose_answer_is_lost_is_not_called_taken() {
             let deadline = std::time::Instant::now() + Duration::from_secs(10);
             while std::time::Instant::now() < deadline {
                 let value: Option<String> = redis::cmd("GET")
-                    .arg("lock:muted")
+                    .arg(format!("lock:{key}"))
                     .query(&mut con)
                     .expect("GET");
                 if value.is_some_and(|v| v.contains(":f:")) {
@@ -266,31 +272,31 @@ async fn a_release_whose_answer_is_lost_is_not_called_taken() {
                 }
                 std::thread::sleep(Duration::from_millis(2));
             }
+            between(&mut con);
             proxy.cut();
         })
     };
     let outcome = client
-        .run_locked_outcome("muted", LockOptions::new(), async {
+        .run_locked_outcome(key, LockOptions::new(), async {
             proxy.mute_answers();
             let _ = muted.send(());
             Ok::<_, LockError>("the body finished")
         })
         .await;
     cut.join().expect("the cutting thread");
-    let lock_runtime::Outcome::RanButLost { body, error } = outcome else {
-        panic!("expected RanButLost, got {outcome:?}");
+    (outcome, server)
+}
+
+/// The release's answer is lost after Redis ran it; sent again, the
+/// release finds the freed value naming its own hold. The lock was held to
+/// the end and freed by that first send: the call is a success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_answer_is_lost_learns_that_its_first_send_freed_it() {
+    let (outcome, server) = release_with_a_lost_answer("muted", |_| {}).await;
+    let lock_runtime::Outcome::Held(body) = outcome else {
+        panic!("expected Held, got {outcome:?}");
     };
     assert_eq!(body.expect("the body's result"), "the body finished");
-    let LockError::Lost {
-        reason, found_by, ..
-    } = &error
-    else {
-        panic!("expected Lost, got {error:?}");
-    };
-    assert_eq!(*reason, LossReason::ReleaseUnanswered, "{error}");
-    assert_eq!(*found_by, FoundBy::Release, "{error}");
-    assert!(error.to_string().contains("went unanswered"), "{error}");
-    // The first send freed it: the lock is free in Redis.
     let value: Option<String> = redis::cmd("GET")
         .arg("lock:muted")
         .query(&mut server.connection())
@@ -299,62 +305,40 @@ async fn a_release_whose_answer_is_lost_is_not_called_taken() {
     assert!(value.contains(":f:"), "{value}");
 }
 
-/// Another program writes its own value at one lock's name: that lock is
-/// lost, and the renewal of the other locks in its batch goes on.
+/// As above, but another owner takes the freed lock between the two sends:
+/// the record of who freed it outlives that acquire, and the release sent
+/// again still learns that its first send freed it: not a taking.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_foreign_value_fails_only_its_own_lock() {
-    let server = RedisServer::start();
-    let client = LockClient::builder()
-        .default_lease(Duration::from_millis(900))
-        .connect(&server.url())
-        .await
-        .expect("connect");
-    let spoiled = Holder::start(&client, "spoiled", LockOptions::new()).await;
-    let kept = Holder::start(&client, "kept", LockOptions::new()).await;
+async fn a_release_sent_again_after_another_owner_took_the_lock_is_not_called_taken() {
+    let (outcome, server) = release_with_a_lost_answer("muted-taken", |con| {
+        let source = lock_runtime::__private::script_source("acquire").expect("acquire.lua");
+        let token: i64 = redis::Script::new(source)
+            .key("lock:muted-taken")
+            .arg("other:1")
+            .arg(30_000)
+            .invoke(con)
+            .expect("another owner's acquire");
+        assert!(token > 0, "the other owner took the freed lock: {token}");
+    })
+    .await;
+    let lock_runtime::Outcome::Held(body) = outcome else {
+        panic!("expected Held, got {outcome:?}");
+    };
+    assert_eq!(body.expect("the body's result"), "the body finished");
     let mut con = server.connection();
-    let _: () = redis::cmd("DEL")
-        .arg("lock:spoiled")
-        .query(&mut con)
-        .expect("DEL");
-    let _: () = redis::cmd("SET")
-        .arg("lock:spoiled")
-        .arg("another program's job")
-        .query(&mut con)
-        .expect("SET");
-    match spoiled.outcome().await {
-        Err(LockError::Lost { reason, .. }) => assert_eq!(reason, LossReason::Taken),
-        other => panic!("expected Lost, got {other:?}"),
-    }
-    // Several leases later, the other lock is still renewed.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    kept.release().await.expect("still held");
-}
-
-/// Another program overwrites the lock while the body runs: the release
-/// meets its value, and the call reports the lock taken.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_that_meets_a_foreign_value_reports_the_lock_taken() {
-    let server = RedisServer::start();
-    let client = LockClient::connect(&server.url()).await.expect("connect");
-    let result = client
-        .run_locked("overwritten", LockOptions::new(), async {
-            let _: () = redis::cmd("SET")
-                .arg("lock:overwritten")
-                .arg("another program's value")
-                .query(&mut server.connection())
-                .expect("SET");
-            Ok::<_, LockError>(())
-        })
-        .await;
-    match result {
-        Err(LockError::Lost { reason, .. }) => assert_eq!(reason, LossReason::Taken),
-        other => panic!("expected Lost, got {other:?}"),
-    }
     let value: String = redis::cmd("GET")
-        .arg("lock:overwritten")
-        .query(&mut server.connection())
+        .arg("lock:muted-taken")
+        .query(&mut con)
         .expect("GET");
-    assert_eq!(value, "another program's value", "left as it was");
+    assert!(
+        value.ends_with(":h:other:1"),
+        "the other owner holds it: {value}"
+    );
+    let freed: String = redis::cmd("GET")
+        .arg("lock:muted-taken:freed{lock:muted-taken}")
+        .query(&mut con)
+        .expect("the record of who freed it");
+    assert!(!freed.starts_with('!'), "freed by its own release: {freed}");
 }
 
 /// The body returns its own error, but the release finds the lock gone: the
@@ -384,7 +368,7 @@ async fn a_loss_found_at_the_release_wins_over_the_bodys_error() {
         .await;
     match result {
         Err(AppError::Lock(LockError::Lost { reason, .. })) => {
-            assert_eq!(reason, LossReason::Taken)
+            assert_eq!(reason, LossReason::Gone)
         }
         other => panic!("expected Lost, got {other:?}"),
     }

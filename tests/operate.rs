@@ -185,7 +185,8 @@ async fn inspect_on_memory_and_held_lists_this_clients_locks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn force_unlock_wakes_a_waiter_elsewhere_at_once_and_the_holder_is_stopped_with_taken() {
+async fn force_unlock_wakes_a_waiter_elsewhere_at_once_and_the_holder_learns_an_operator_freed_it()
+{
     let server = RedisServer::start();
     let url = server.url();
     let connect = || LockClient::connect(&url);
@@ -234,7 +235,7 @@ async fn force_unlock_wakes_a_waiter_elsewhere_at_once_and_the_holder_is_stopped
     assert!(token > holder_token, "tokens never go back");
 
     match tokio::time::timeout(Duration::from_secs(10), holder.outcome()).await {
-        Ok(Err(LockError::Lost { reason, .. })) => assert_eq!(reason, LossReason::Taken),
+        Ok(Err(LockError::Lost { reason, .. })) => assert_eq!(reason, LossReason::ForceUnlocked),
         other => panic!("expected Lost Taken, got {other:?}"),
     }
     let stopped = forced.elapsed();
@@ -269,7 +270,7 @@ async fn force_unlock_on_memory_stops_the_holder_at_once() {
             else {
                 unreachable!()
             };
-            assert_eq!(reason, LossReason::Taken);
+            assert_eq!(reason, LossReason::ForceUnlocked);
             assert_eq!(found_by, FoundBy::ForceUnlock);
         }
         other => panic!("expected Lost Taken, got {other:?}"),
@@ -316,7 +317,7 @@ async fn redlock_inspect_reports_the_quorum_and_force_unlock_frees_it() {
     let freed = operator.inspect("q").await.expect("inspect");
     assert!(!freed.is_held(), "{freed:?}");
     match tokio::time::timeout(Duration::from_secs(10), holder.outcome()).await {
-        Ok(Err(LockError::Lost { reason, .. })) => assert_eq!(reason, LossReason::Taken),
+        Ok(Err(LockError::Lost { reason, .. })) => assert_eq!(reason, LossReason::ForceUnlocked),
         other => panic!("expected Lost Taken, got {other:?}"),
     }
 }

@@ -148,7 +148,7 @@ async fn a_body_that_ran_to_its_end_keeps_its_result_when_the_release_finds_the_
         matches!(
             error,
             LockError::Lost {
-                reason: LossReason::Taken,
+                reason: LossReason::Gone,
                 found_by: FoundBy::Release,
                 ..
             }

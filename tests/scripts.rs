@@ -35,6 +35,7 @@ fn release(con: &mut Executor, owner: &str, token: i64) -> i64 {
         .arg("client-a")
         .arg(token)
         .invoke(con)
+        .map(support::release_answer)
         .expect("release.lua")
 }
 
@@ -66,17 +67,18 @@ fn one_acquisition_holds_and_frees_the_lock(x: &mut Executor) {
     // Another acquisition, even of the same client, is another owner.
     let busy = acquire(x, "a:2");
     assert!(busy <= -2, "{busy}");
-    assert_eq!(release(x, "a:2", 0), -1, "not its hold");
+    assert_eq!(release(x, "a:2", 0), -4, "not its hold: another owner's");
 
     assert_eq!(release(x, "a:1", token), 1);
     assert_eq!(
         release(x, "a:1", token),
-        -1,
-        "a second release changes nothing"
+        -2,
+        "a second release changes nothing, and learns that its own freed it"
     );
     // The freed lock keeps its fence for the rest of its lease; its release
-    // named the waiting client `a` (refused above), so it reads `f:=`.
-    assert_eq!(value(x), Some((token as u64, "f".into(), "=".into())));
+    // named the waiting client `a` (refused above), so it reads `f:=`, and
+    // then the owner whose release freed it.
+    assert_eq!(value(x), Some((token as u64, "f".into(), "=a:1".into())));
     let next = acquire(x, "a:2");
     assert!(next > token, "{token} then {next}");
 }
@@ -124,10 +126,89 @@ fn a_stale_release_cannot_free_a_later_hold(x: &mut Executor) {
     let first = acquire(x, "a:1");
     assert_eq!(release(x, "a:1", first), 1);
     let second = acquire(x, "a:2");
-    // The first acquisition's release arrives again, late.
-    assert_eq!(release(x, "a:1", first), -1);
+    // The first acquisition's release arrives again, late: it frees
+    // nothing, and learns from the record of who freed the key that its own
+    // first send did.
+    assert_eq!(release(x, "a:1", first), -2);
     assert_eq!(value(x).expect("held").2, "a:2");
     assert_eq!(release(x, "a:2", second), 1);
+}
+
+/// renew.lua's answer for one lock: empty when renewed, else
+/// `[4 + why]` (why: 0 taken, 1 gone, 2 freed by an operator).
+fn renew_one(x: &mut Executor, owner: &str, token: i64) -> Vec<i64> {
+    script("renew")
+        .key(KEY)
+        .arg(LEASE_MS)
+        .arg(format!("L1:{token}:h:{owner}"))
+        .invoke(x)
+        .expect("renew.lua")
+}
+
+fn who_freed_a_lock_outlives_the_next_acquire(x: &mut Executor) {
+    const RECORD: &str = "lock:scripted:freed{lock:scripted}";
+    let get = |x: &mut Executor, key: &str| -> Option<String> {
+        redis::cmd("GET").arg(key).query(x).expect("GET")
+    };
+    // Freed by its own release, then taken by another owner: the name moves
+    // to the record, for the rest of the freed hold's lease.
+    let first = acquire(x, "a:1");
+    assert_eq!(release(x, "a:1", first), 1);
+    assert_eq!(value(x).expect("freed").2, "a:1");
+    let left = pttl(x);
+    let second = acquire(x, "b:1");
+    assert!(second > first);
+    assert_eq!(get(x, RECORD).as_deref(), Some("a:1"));
+    let record_ttl: i64 = redis::cmd("PTTL").arg(RECORD).query(x).expect("PTTL");
+    assert!(
+        record_ttl > 0 && record_ttl <= left,
+        "{record_ttl} of {left}"
+    );
+    assert_eq!(release(x, "a:1", first), -2, "its own release freed it");
+    assert_eq!(renew_one(x, "a:1", first), [4 + 1], "gone, not taken");
+    // Freed by an operator, then taken: the holder learns who freed it.
+    assert_eq!(force_unlock(x).expect("held"), second);
+    let third = acquire(x, "c:1");
+    assert!(third > second);
+    assert_eq!(get(x, RECORD).as_deref(), Some("!b:1"));
+    assert_eq!(renew_one(x, "b:1", second), [4 + 2]);
+    assert_eq!(release(x, "b:1", second), -3);
+    // Another owner's hold, with no record naming this one: taken.
+    assert_eq!(release(x, "a:9", 1), -4);
+    assert_eq!(renew_one(x, "a:9", 1), [4]);
+    // Erased, record and all: gone, and nothing names who freed it.
+    let _: () = redis::cmd("DEL")
+        .arg(KEY)
+        .arg(RECORD)
+        .query(x)
+        .expect("DEL");
+    assert_eq!(release(x, "c:1", third), -1);
+    assert_eq!(renew_one(x, "c:1", third), [4 + 1]);
+    // A name with braces but no hash tag keeps no record: a release sent
+    // again after another owner took the lock cannot tell, and says taken.
+    let untagged = "lock:{}scripted";
+    let grant = |x: &mut Executor, owner: &str| -> i64 {
+        script("acquire")
+            .key(untagged)
+            .arg(owner)
+            .arg(LEASE_MS)
+            .invoke(x)
+            .expect("acquire.lua")
+    };
+    let free = |x: &mut Executor, owner: &str, token: i64| -> i64 {
+        script("release")
+            .key(untagged)
+            .arg(owner)
+            .arg("client-a")
+            .arg(token)
+            .invoke(x)
+            .map(support::release_answer)
+            .expect("release.lua")
+    };
+    let token = grant(x, "a:1");
+    assert_eq!(free(x, "a:1", token), 1);
+    assert!(grant(x, "b:1") > token);
+    assert_eq!(free(x, "a:1", token), -4);
 }
 
 fn tokens_pass_an_older_kept_token_and_the_clock(x: &mut Executor) {
@@ -307,9 +388,10 @@ fn a_renewal_batch_of_more_locks_than_one_mget_takes_renews_them_all(x: &mut Exe
     let not: Vec<usize> = (0..keys.len()).filter(|&i| !renewed[i]).collect();
     assert_eq!(not, [699, 1399, 2099]);
     // Read in three MGETs; only the three that differ from what their
-    // owner left are read again, one by one.
+    // owner left are read again, one by one, and then the record of who
+    // freed each.
     assert_eq!(x.command_calls("mget"), 3);
-    assert_eq!(x.command_calls("get"), 3);
+    assert_eq!(x.command_calls("get"), 6);
     assert_eq!(x.command_calls("pexpireat"), 2_497);
 }
 
@@ -346,9 +428,10 @@ fn force_unlock_frees_any_holder_keeps_fence_and_lease_and_publishes(x: &mut Exe
     // Nobody marked it waited: it publishes all the same.
     assert_eq!(force_unlock(x).expect("held"), token);
     let (fence, state, owner) = value(x).expect("kept");
+    // Freed by an operator: the holder it freed behind a `!`.
     assert_eq!(
         (fence, state.as_str(), owner.as_str()),
-        (token as u64, "f", "")
+        (token as u64, "f", "!a:1")
     );
     let ttl = pttl(x);
     assert!(ttl > 0 && ttl <= LEASE_MS as i64, "{ttl}");
@@ -356,9 +439,10 @@ fn force_unlock_frees_any_holder_keeps_fence_and_lease_and_publishes(x: &mut Exe
     // `<client id>:<token>`.
     assert_eq!(notices.next(), format!("operator:{token}"));
 
-    // Free now: nothing to do, and the holder's own release is refused.
+    // Free now: nothing to do, and the holder's own release is refused,
+    // told that an operator freed it.
     assert_eq!(force_unlock(x).expect("free"), 0);
-    assert_eq!(release(x, "a:1", token), -1);
+    assert_eq!(release(x, "a:1", token), -3);
     // The next token passes the forced one.
     assert!(acquire(x, "b:1") > token);
 
@@ -379,7 +463,8 @@ fn inspect_reads_the_parts_and_changes_nothing(x: &mut Executor) {
     assert!(ttl > 0 && ttl <= LEASE_MS as i64);
     assert_eq!(value(x).expect("held").1, "h", "unchanged");
     assert_eq!(release(x, "a:1", token), 1);
-    assert_eq!(read(x)[..3], [token.to_string(), "f".into(), String::new()]);
+    // A freed value's owner part names who freed it.
+    assert_eq!(read(x)[..3], [token.to_string(), "f".into(), "a:1".into()]);
 }
 
 /// A call of the script `name` (all but `renew`) on `KEY`, for the owner
@@ -502,6 +587,7 @@ both!(
     one_acquisition_holds_and_frees_the_lock,
     an_acquire_seen_twice_answers_its_own_token_and_runs_the_lease_from_the_later_request,
     a_stale_release_cannot_free_a_later_hold,
+    who_freed_a_lock_outlives_the_next_acquire,
     tokens_pass_an_older_kept_token_and_the_clock,
     only_a_waited_release_publishes,
     foreign_values_fail_the_call_and_renewals_of_other_locks_go_on,

@@ -210,7 +210,10 @@ async fn serve(
 fn end_kind(end: TermEnd) -> EndKind {
     match end {
         TermEnd::Lost(LossReason::Expired) => EndKind::LostExpired,
-        TermEnd::Lost(LossReason::Taken) => EndKind::LostTaken,
+        // Found in Redis: another owner's hold, the key gone, or freed.
+        TermEnd::Lost(LossReason::Taken | LossReason::Gone | LossReason::ForceUnlocked) => {
+            EndKind::LostTaken
+        }
         TermEnd::Lost(_) => EndKind::LostOther,
         TermEnd::Returned => EndKind::Returned,
         TermEnd::ShutDown => EndKind::ShutDown,

@@ -201,8 +201,8 @@ fn classify(result: Result<(), CallError>) -> Outcome {
             LockError::Lost { reason, .. } => match reason {
                 lock_runtime::LossReason::Expired => Outcome::LostExpired,
                 lock_runtime::LossReason::Detached => Outcome::LostDetached,
-                // Taken, or a release that could not confirm the hold
-                // (`Unconfirmed`): a loss all the same.
+                // Taken, gone, freed, or a release that could not confirm
+                // the hold (`Unconfirmed`): a loss all the same.
                 _ => Outcome::LostTaken,
             },
             LockError::Timeout { .. } => Outcome::Timeout,

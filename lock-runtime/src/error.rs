@@ -54,7 +54,8 @@ pub enum LockError {
         key: String,
         /// What showed the loss.
         reason: LossReason,
-        /// Which step of the call found it: for [`LossReason::Taken`], a
+        /// Which step of the call found it: for [`LossReason::Taken`],
+        /// [`LossReason::Gone`] and [`LossReason::ForceUnlocked`], a
         /// renewal, the release or [`force_unlock`] on this client.
         ///
         /// [`force_unlock`]: crate::LockClient::force_unlock
@@ -449,12 +450,25 @@ impl std::fmt::Display for MismatchText<'_> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LossReason {
-    /// A renewal or the release found the lock gone (erased, or expired in
-    /// Redis) or held by another owner, or [`force_unlock`] on this same
-    /// client freed it; [`LockError::Lost`]'s `found_by` says which.
+    /// A renewal or the release found the lock held by another owner, or
+    /// learned that another owner held it since (from the record of who
+    /// freed the key, see the Redis layout), or found a value there that is
+    /// not a lock. [`LockError::Lost`]'s `found_by` says which step.
+    Taken,
+    /// An operator freed the lock while this call held it:
+    /// [`force_unlock`] from this client or any other. The renewal or the
+    /// release learned it from the freed value or the record of who freed
+    /// the key; on this client, `force_unlock` marks the hold at once.
     ///
     /// [`force_unlock`]: crate::LockClient::force_unlock
-    Taken,
+    ForceUnlocked,
+    /// A renewal or the release found the lock gone, with nothing naming
+    /// who freed it or another owner: erased (a restart without
+    /// persistence, a failover to a replica that had not received it, a
+    /// flush, a `DEL`, an eviction) or expired in Redis before this
+    /// client's own count of its lease ran out. The hold ended before this
+    /// step reached Redis.
+    Gone,
     /// The lease ran out with no successful renewal (Redis unreachable, or
     /// `renew = false` and the body outran its lease).
     Expired,
@@ -485,8 +499,12 @@ pub enum LossReason {
 impl std::fmt::Display for LossReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            LossReason::Taken => {
-                "it was found gone (erased, or expired in Redis) or held by another owner"
+            LossReason::Taken => "another owner holds it or held it since",
+            LossReason::ForceUnlocked => "an operator freed it (force_unlock)",
+            LossReason::Gone => {
+                "its hold ended before this step reached Redis: the key was gone (erased by a \
+                 restart, a failover, a flush or a DEL, or expired in Redis), and nothing names \
+                 who freed it"
             }
             LossReason::Expired => "its lease ran out before a renewal succeeded",
             LossReason::Unconfirmed => {
@@ -512,10 +530,12 @@ impl std::fmt::Display for LossReason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum FoundBy {
-    /// A renewal by the client's watchdog found the lock gone or held by
-    /// another owner ([`LossReason::Taken`]) while the body ran.
+    /// A renewal by the client's watchdog found the lock held by another
+    /// owner ([`LossReason::Taken`]), gone ([`LossReason::Gone`]) or freed
+    /// by an operator ([`LossReason::ForceUnlocked`]) while the body ran.
     Renewal,
     /// The release, after the body returned ([`LossReason::Taken`],
+    /// [`LossReason::Gone`], [`LossReason::ForceUnlocked`],
     /// [`LossReason::Expired`], [`LossReason::Unconfirmed`],
     /// [`LossReason::ReleaseUnanswered`]): the body ran
     /// to its end, but the lock may not have been held all the way, as no
@@ -524,7 +544,7 @@ pub enum FoundBy {
     Release,
     /// [`LockClient::force_unlock`](crate::LockClient::force_unlock) on
     /// this same client freed the lock while the body ran
-    /// ([`LossReason::Taken`]).
+    /// ([`LossReason::ForceUnlocked`]).
     ForceUnlock,
     /// The lock's validity, checked against this process's clock by the
     /// watchdog and before each poll of the body, ran out with no successful
@@ -544,17 +564,20 @@ struct LossText(LossReason, FoundBy);
 
 impl std::fmt::Display for LossText {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        const GONE: &str = "gone (erased, or expired in Redis) or held by another owner";
+        let found_in_redis = matches!(
+            self.0,
+            LossReason::Taken | LossReason::Gone | LossReason::ForceUnlocked
+        );
         match (self.0, self.1) {
-            (LossReason::Taken, FoundBy::Renewal) => write!(f, "a renewal found it {GONE}"),
-            (LossReason::Taken, FoundBy::Release) => write!(
-                f,
-                "the release, after the body returned, found it {GONE}: the body ran to its \
-                 end, but maybe not under the lock all the way"
-            ),
-            (LossReason::Taken, FoundBy::ForceUnlock) => {
-                f.write_str("force_unlock on this same client freed it")
+            (_, FoundBy::ForceUnlock) => f.write_str("force_unlock on this same client freed it"),
+            (reason, FoundBy::Renewal) if found_in_redis => {
+                write!(f, "a renewal found that {reason}")
             }
+            (reason, FoundBy::Release) if found_in_redis => write!(
+                f,
+                "the release, after the body returned, found that {reason}: the body ran to \
+                 its end, but maybe not under the lock all the way"
+            ),
             (LossReason::Expired, FoundBy::Release) => write!(
                 f,
                 "{}, as the release after the body returned found",

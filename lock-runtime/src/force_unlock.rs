@@ -23,7 +23,8 @@ impl LockClient {
     /// the same time. The holder learns at its next renewal (within a third
     /// of its lease), or at its release if that comes first, and its call
     /// then ends with [`LockError::Lost`] and
-    /// [`LossReason::Taken`](crate::LossReason::Taken), found by
+    /// [`LossReason::ForceUnlocked`](crate::LossReason::ForceUnlocked)
+    /// (read from the freed value or the record of who freed the key), found by
     /// [`FoundBy::Renewal`](crate::FoundBy::Renewal) (its body is stopped at
     /// an await point) or [`FoundBy::Release`](crate::FoundBy::Release). A
     /// holder in this client is marked lost at once, found by

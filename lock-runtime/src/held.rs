@@ -132,7 +132,7 @@ impl Loss {
     /// A renewal found the lock gone or taken.
     pub(crate) const TAKEN: Loss = Loss::new(LossReason::Taken, FoundBy::Renewal);
     /// `force_unlock` on this client freed it.
-    pub(crate) const FORCED: Loss = Loss::new(LossReason::Taken, FoundBy::ForceUnlock);
+    pub(crate) const FORCED: Loss = Loss::new(LossReason::ForceUnlocked, FoundBy::ForceUnlock);
     /// Its validity ran out by the clock.
     pub(crate) const EXPIRED: Loss = Loss::new(LossReason::Expired, FoundBy::Clock);
     /// The client's shutdown deadline passed.
@@ -466,13 +466,15 @@ fn pack_until(epoch: Instant, until: Instant) -> u64 {
 }
 
 /// The reasons and finders in the order their numbers pack them.
-const REASONS: [LossReason; 6] = [
+const REASONS: [LossReason; 8] = [
     LossReason::Taken,
     LossReason::Expired,
     LossReason::Unconfirmed,
     LossReason::ShutDown,
     LossReason::Detached,
     LossReason::ReleaseUnanswered,
+    LossReason::ForceUnlocked,
+    LossReason::Gone,
 ];
 const FINDERS: [FoundBy; 6] = [
     FoundBy::Renewal,

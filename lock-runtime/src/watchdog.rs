@@ -36,6 +36,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::backend::Backend;
+use crate::error::FoundBy;
 use crate::held::{HeldLock, Loss};
 use crate::kind::{RenewItem, Renewal};
 use crate::owner_id::OwnerId;
@@ -355,10 +356,10 @@ async fn renew_batch(
                 next = next.into_iter().chain(held.next_renewal()).min();
             }
             // A lock whose body ended meanwhile: its release tells.
-            Renewal::Gone if !registry.unregister(held.id) => {}
-            Renewal::Gone => {
+            Renewal::Gone(_) if !registry.unregister(held.id) => {}
+            Renewal::Gone(ended) => {
                 telemetry::renewal_found_gone(held);
-                registry.lose(held, Loss::TAKEN);
+                registry.lose(held, Loss::new(ended.reason(), FoundBy::Renewal));
             }
             Renewal::Unknown => {
                 let error = "too few nodes answered in time";

@@ -467,13 +467,26 @@ pub fn renew_locks(
     for (key, owner, token) in locks {
         call.key(*key).arg(format!("L1:{token}:h:{owner}"));
     }
-    let failed: Vec<usize> = call.invoke(con).expect("renew.lua");
+    let answers: Vec<usize> = call.invoke(con).expect("renew.lua");
+    // 4 * index + why (renew.lua).
+    let failed: Vec<usize> = answers.iter().map(|a| a / 4).collect();
     assert!(
         failed.windows(2).all(|w| w[0] < w[1])
             && failed.iter().all(|&i| (1..=locks.len()).contains(&i)),
-        "renew.lua answers the locks it did not renew, in order: {failed:?}"
+        "renew.lua answers the locks it did not renew, in order: {answers:?}"
     );
     (1..=locks.len()).map(|i| !failed.contains(&i)).collect()
+}
+
+/// release.lua's answer as one integer: 1 freed, -1 gone, -2 freed by the
+/// same owner's earlier release, -3 freed by an operator, -4 taken (also
+/// for `{-4, fence}`, another owner holding it now).
+pub fn release_answer(answer: redis::Value) -> i64 {
+    match answer {
+        redis::Value::Int(n) => n,
+        redis::Value::Array(items) if matches!(items.first(), Some(redis::Value::Int(-4))) => -4,
+        other => panic!("release.lua answered {other:?}"),
+    }
 }
 
 /// A lock value of layout 1, `L1:<fence>:<state>:<owner>`, as (fence, state,

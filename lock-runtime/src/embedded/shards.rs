@@ -27,20 +27,27 @@ use crate::route::cluster::slot_of;
 /// How many shards a keyspace has.
 const SHARDS: usize = 16;
 
-/// The name of the record of the clients waiting on the lock `key`, as the
-/// lock scripts make it (`waiting_key` in `kind/lua/exclusive/read.lua`):
-/// the lock's name with `:waiting` after it, and the lock's name as the
-/// hash tag when it has none; `None` when the name has braces but no tag.
-fn waiting_key(key: &[u8]) -> Option<Vec<u8>> {
+/// The name of a record the lock scripts keep beside the lock `key`
+/// (`record_key` in `kind/lua/exclusive/read.lua`): the lock's name with
+/// `suffix` after it, and the lock's name as the hash tag when it has
+/// none; `None` when the name has braces but no tag.
+fn record_key(key: &[u8], suffix: &[u8]) -> Option<Vec<u8>> {
     let open = key.iter().position(|b| *b == b'{');
     let Some(open) = open else {
         if key.contains(&b'}') {
             return None;
         }
-        return Some([key, b":waiting{", key, b"}"].concat());
+        return Some([key, suffix, b"{", key, b"}"].concat());
     };
     let close = key[open + 1..].iter().position(|b| *b == b'}')?;
-    (close > 0).then(|| [key, b":waiting"].concat())
+    (close > 0).then(|| [key, suffix].concat())
+}
+
+/// The records beside the lock `key`: its waiting clients and who freed it.
+fn records(key: &[u8]) -> impl Iterator<Item = Vec<u8>> + '_ {
+    [&b":waiting"[..], b":freed"]
+        .into_iter()
+        .filter_map(move |suffix| record_key(key, suffix))
 }
 
 /// A keyspace's shards and the scripts loaded into it.
@@ -213,14 +220,14 @@ impl Shards {
         let Some(((_, home), others)) = guards.split_first_mut() else {
             return (Err("ERR no shard".into()), Vec::new());
         };
-        // Each key with the record of its waiting clients, which a lock's
-        // scripts reach without declaring it (in the key's slot, so in its
-        // shard).
+        // Each key with its records (waiting clients, who freed it), which
+        // a lock's scripts reach without declaring them (in the key's slot,
+        // so in its shard).
         let visitors: Vec<Vec<u8>> = keys
             .iter()
             .copied()
             .filter(|k| shard_of(k) != first)
-            .flat_map(|k| std::iter::once(k.to_vec()).chain(waiting_key(k)))
+            .flat_map(|k| std::iter::once(k.to_vec()).chain(records(k)))
             .collect();
         for key in &visitors {
             let owner = others.iter_mut().find(|(i, _)| *i == shard_of(key));
@@ -330,21 +337,28 @@ fn merge_stats(a: &str, b: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{shard_of, waiting_key};
+    use super::{record_key, records, shard_of};
 
     #[test]
-    fn a_locks_record_of_waiting_clients_is_in_its_slot() {
+    fn a_locks_records_are_in_its_slot() {
         for key in ["lock:a", "lock:{a}:b", "lock:{order:1}"] {
-            let record = waiting_key(key.as_bytes()).expect("a record");
-            assert!(record.starts_with(key.as_bytes()));
-            assert_eq!(shard_of(&record), shard_of(key.as_bytes()), "{key}");
+            let kept: Vec<Vec<u8>> = records(key.as_bytes()).collect();
+            assert_eq!(kept.len(), 2, "{key}");
+            for record in kept {
+                assert!(record.starts_with(key.as_bytes()));
+                assert_eq!(shard_of(&record), shard_of(key.as_bytes()), "{key}");
+            }
         }
         assert_eq!(
-            waiting_key(b"lock:a"),
+            record_key(b"lock:a", b":waiting"),
             Some(b"lock:a:waiting{lock:a}".to_vec())
         );
+        assert_eq!(
+            record_key(b"lock:{a}", b":freed"),
+            Some(b"lock:{a}:freed".to_vec())
+        );
         for key in ["lock:a{b", "lock:a}b", "lock:{}b"] {
-            assert_eq!(waiting_key(key.as_bytes()), None, "{key}");
+            assert_eq!(records(key.as_bytes()).count(), 0, "{key}");
         }
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::{RedisError, Value};
 
-use super::{Acquire, Kind};
+use super::{Acquire, Ended, Kind, Release};
 use crate::error::{KindFoundBy, LockError};
 use crate::route::BackendError;
 
@@ -53,6 +53,40 @@ pub(crate) fn exclusive(answer: i64) -> Result<Acquire, RedisError> {
         ..=-1 => Ok(Acquire::Held(ttl(answer))),
         0 => Err(unexpected("0, which is not a fencing token".into())),
     }
+}
+
+/// The meaning of release.lua's answer: 1 freed; -2 freed by this
+/// owner's own earlier release (this one was sent again), so freed too;
+/// -3 freed by an operator; -4, or `{-4, fence}` with the fence of the
+/// owner that holds it now, taken; -1 gone with nothing naming who freed
+/// it (a shared kind's release answers -1 too).
+pub(crate) fn released(answer: Value, key: &str) -> Result<Release, RedisError> {
+    Ok(match answer {
+        Value::Int(1 | -2) => Release::Freed,
+        Value::Int(-1) => Release::NotHeld(Ended::Gone),
+        Value::Int(-3) => Release::NotHeld(Ended::ForceUnlocked),
+        Value::Int(-4) => Release::NotHeld(Ended::Taken),
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(-4), Value::Int(fence)] => {
+                tracing::debug!(
+                    key,
+                    holder_fence = fence,
+                    "the release found another owner holding the lock"
+                );
+                Release::NotHeld(Ended::Taken)
+            }
+            _ => return Err(unexpected_release(format!("{items:?}"))),
+        },
+        other => return Err(unexpected_release(format!("{other:?}"))),
+    })
+}
+
+fn unexpected_release(found: String) -> RedisError {
+    RedisError::from((
+        redis::ErrorKind::Parse,
+        "a release script answered something that is no release answer",
+        found,
+    ))
 }
 
 /// The TTL in a refusal, -2 - ttl (-1: no expiry).

@@ -12,6 +12,7 @@ use redis::{Cmd, RedisError, Script};
 use super::answers;
 use super::{Acquire, Claim, End, Release};
 use crate::route::{Coalesce, Lane, Notices, Route, ScriptCall};
+use redis::Value;
 
 /// A script that publishes a release notice, in the two forms a route may
 /// ask for (see [`Route::notices`]): as written, publishing by `PUBLISH`,
@@ -127,7 +128,7 @@ pub(super) async fn release(
     lease_end: (Duration, Option<End>),
 ) -> Result<Release, RedisError> {
     let call = release_call(scripts, route, key, hold, lease_end);
-    let freed: i64 = match (lease_end.1, route.sync()) {
+    let answer: Value = match (lease_end.1, route.sync()) {
         (Some(_), Some(sync)) => {
             let (answer, acked) = Box::pin(route.run_synced(call, None)).await?;
             if acked < sync.replicas {
@@ -139,15 +140,11 @@ pub(super) async fn release(
                      asks: a failover before that end may free the lock at its lease"
                 );
             }
-            redis::from_redis_value(answer)?
+            answer
         }
         _ => route.run(lane, &call).await?,
     };
-    Ok(if freed == 1 {
-        Release::Freed
-    } else {
-        Release::NotHeld
-    })
+    answers::released(answer, key)
 }
 
 /// Runs an acquire `call` (of any kind) of `owner` for `claim` over

@@ -13,7 +13,7 @@ use redis::{Cmd, RedisError, Script};
 
 use super::calls::ReleaseScripts;
 use super::sources;
-use super::{Claim, RenewItem, Renewal};
+use super::{Claim, Ended, RenewItem, Renewal};
 use crate::options::LockOptions;
 use crate::route::{millis, Coalesce, Lane, Route, ScriptCall};
 
@@ -201,9 +201,15 @@ async fn renew_batch(
             (redis::from_redis_value(answer)?, acked >= sync.replicas)
         }
     };
-    let mut renewed = vec![true; indexes.len()];
-    for index in failed {
-        let slot = usize::try_from(index)
+    let mut renewed = vec![None; indexes.len()];
+    for answer in failed {
+        // 4 * index + why (see renew.lua).
+        let ended = match answer.rem_euclid(4) {
+            1 => Ended::Gone,
+            2 => Ended::ForceUnlocked,
+            _ => Ended::Taken,
+        };
+        let slot = usize::try_from(answer.div_euclid(4))
             .ok()
             .and_then(|index| index.checked_sub(1))
             .and_then(|i| renewed.get_mut(i))
@@ -211,10 +217,10 @@ async fn renew_batch(
                 RedisError::from((
                     redis::ErrorKind::UnexpectedReturnType,
                     "renew.lua answered a lock out of the batch",
-                    format!("index {index} of {}", indexes.len()),
+                    format!("answer {answer} for {} locks", indexes.len()),
                 ))
             })?;
-        *slot = false;
+        *slot = Some(ended);
     }
     Ok(renewed.into_iter().map(|r| renewal(r, synced)).collect())
 }
@@ -225,13 +231,14 @@ fn renewal_bytes(item: &RenewItem<'_>) -> usize {
     item.key.len() + item.owner.len() + 48
 }
 
-/// The meaning of renew.lua's answer for one lock; a renewal the replicas
+/// The meaning of renew.lua's answer for one lock (`None`: not among the
+/// failed); a renewal the replicas
 /// did not acknowledge (`synced` false) is not known to last.
-fn renewal(renewed: bool, synced: bool) -> Renewal {
-    match (renewed, synced) {
-        (true, true) => Renewal::Renewed,
-        (true, false) => Renewal::Unknown,
-        (false, _) => Renewal::Gone,
+fn renewal(ended: Option<Ended>, synced: bool) -> Renewal {
+    match (ended, synced) {
+        (None, true) => Renewal::Renewed,
+        (None, false) => Renewal::Unknown,
+        (Some(ended), _) => Renewal::Gone(ended),
     }
 }
 

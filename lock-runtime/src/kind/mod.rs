@@ -19,6 +19,7 @@ use std::time::Duration;
 
 pub(crate) use answers::kind_mismatch;
 
+use crate::error::LossReason;
 use crate::options::{LockMode, LockOptions};
 
 /// Which kind of lock a call takes (see the kinds guide).
@@ -251,11 +252,52 @@ pub(crate) struct End {
 /// The answer to a release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Release {
-    /// The acquisition held the lock until now; it is free.
+    /// The acquisition held the lock until now, or its own earlier release
+    /// freed it (this one was sent again); it is free.
     Freed,
-    /// The acquisition did not hold it any more (it expired, or was erased
-    /// or taken): nothing changed.
-    NotHeld,
+    /// The acquisition did not hold it any more: nothing changed.
+    NotHeld(Ended),
+}
+
+/// What a release or a renewal that did not find its hold learned of its
+/// end, from the freed value or the record of who freed the key (see
+/// `ended` in `lua/exclusive/read.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// Another owner holds it, or held it since (a value that is not a
+    /// lock of this layout counts as one).
+    Taken,
+    /// Gone or free, with nothing naming who freed it: erased, expired in
+    /// Redis, or freed longer ago than the record keeps.
+    Gone,
+    /// An operator freed it (`force_unlock`).
+    ForceUnlocked,
+}
+
+impl Ended {
+    /// The loss it means for the hold.
+    pub(crate) fn reason(self) -> LossReason {
+        match self {
+            Ended::Taken => LossReason::Taken,
+            Ended::Gone => LossReason::Gone,
+            Ended::ForceUnlocked => LossReason::ForceUnlocked,
+        }
+    }
+
+    /// The end that several nodes' answers (Redlock) tell together: an
+    /// operator's free over a taking, a taking over a key gone.
+    pub(crate) fn worst(self, other: Ended) -> Ended {
+        let rank = |e: Ended| match e {
+            Ended::Gone => 0,
+            Ended::Taken => 1,
+            Ended::ForceUnlocked => 2,
+        };
+        if rank(other) > rank(self) {
+            other
+        } else {
+            self
+        }
+    }
 }
 
 /// What a renewal found, for one lock.
@@ -263,9 +305,9 @@ pub(crate) enum Release {
 pub(crate) enum Renewal {
     /// Its lease was reset.
     Renewed,
-    /// It is gone, held by another owner, or replaced by a value that is
-    /// not a lock of this layout (on Redlock: a quorum said so).
-    Gone,
+    /// It is not held by its owner any more (on Redlock: a quorum said
+    /// so), and what ended it.
+    Gone(Ended),
     /// Not known (nodes did not answer in time): try again.
     Unknown,
 }

@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use super::admin::{force_node, inspect_node, LockView, NodeLock};
 use super::{exclusive, scripted};
-use super::{Acquire, Claim, Kind, Release, RenewItem, Renewal, Tail};
+use super::{Acquire, Claim, Ended, Kind, Release, RenewItem, Renewal, Tail};
 use crate::route::redlock::{Answers, RedlockBackend};
 use crate::route::{BackendError, Lane};
 
@@ -164,15 +164,17 @@ pub(crate) async fn release(
         .iter()
         .filter(|a| matches!(a, Ok(Release::Freed)))
         .count();
-    let not_held = answers
-        .iter()
-        .filter(|a| matches!(a, Ok(Release::NotHeld)))
-        .count();
+    let ends = answers.iter().filter_map(|a| match a {
+        Ok(Release::NotHeld(ended)) => Some(*ended),
+        _ => None,
+    });
+    let not_held = ends.clone().count();
     if freed >= b.quorum() {
         return Ok(Release::Freed);
     }
     if not_held >= b.quorum() {
-        return Ok(Release::NotHeld);
+        let ended = ends.reduce(Ended::worst).unwrap_or(Ended::Gone);
+        return Ok(Release::NotHeld(ended));
     }
     // The failed nodes may have held it: we cannot tell.
     Err(b.no_quorum(freed + not_held, answers))
@@ -228,19 +230,23 @@ pub(crate) async fn renew(
         return Err(b.no_quorum(0, answers));
     }
     let mut renewed = vec![0; items.len()];
-    let mut gone = vec![0; items.len()];
+    let mut gone: Vec<(usize, Option<Ended>)> = vec![(0, None); items.len()];
     for found in answers.iter().flatten() {
         for (i, renewal) in found.iter().enumerate() {
             renewed[i] += usize::from(*renewal == Renewal::Renewed);
-            gone[i] += usize::from(*renewal == Renewal::Gone);
+            if let Renewal::Gone(ended) = *renewal {
+                let (count, worst) = &mut gone[i];
+                *count += 1;
+                *worst = Some(worst.map_or(ended, |w| w.worst(ended)));
+            }
         }
     }
     let quorum = b.quorum();
-    let decide = |(renewed, gone): (usize, usize)| {
+    let decide = |(renewed, (gone, ended)): (usize, (usize, Option<Ended>))| {
         if renewed >= quorum {
             Renewal::Renewed
         } else if gone >= quorum {
-            Renewal::Gone
+            Renewal::Gone(ended.unwrap_or(Ended::Gone))
         } else {
             Renewal::Unknown
         }

@@ -7,7 +7,7 @@ use tracing::{Instrument, Span};
 use crate::client::LockClient;
 use crate::error::{LockError, LossReason};
 use crate::held::{HeldLock, Loss};
-use crate::kind::{Kind, Release};
+use crate::kind::{Ended, Kind, Release};
 use crate::route::Lane;
 use crate::telemetry;
 
@@ -16,11 +16,13 @@ use crate::telemetry;
 pub(crate) enum Released {
     /// The acquisition held the lock to the end; it is free now.
     Freed,
-    /// The acquisition did not hold it any more.
-    NotHeld,
+    /// The acquisition did not hold it any more, and what ended its hold.
+    NotHeld(Ended),
     /// The release went unanswered (it may have run), and sent again found
-    /// the lock not held: maybe its own first send freed it.
-    NotHeldAfterUnanswered,
+    /// the lock not held, with no record that its own first send freed it
+    /// (the record lapsed, or was never kept: the next holder came from
+    /// this same client).
+    NotHeldAfterUnanswered(Ended),
     /// Redis could not be reached, twice: whether the lock was still held
     /// is not known (it expires with its lease if it was).
     Unknown,
@@ -37,26 +39,26 @@ impl Released {
     }
 
     /// What a release that did not free `held` says of its hold: the body
-    /// outlived its lease, or the lock was erased or taken while the body
-    /// ran (a Redis restart, say, before any renewal could notice), or it
-    /// is not known; `None` when it was freed.
+    /// outlived its lease, an operator freed it, another owner took it, or
+    /// it was erased while the body ran (a Redis restart, say, before any
+    /// renewal could notice), or it is not known; `None` when it was freed.
     pub(crate) fn loss(&self, held: &HeldLock) -> Option<LossReason> {
+        let expired = matches!(
+            held.check_now(),
+            Some(Loss {
+                reason: LossReason::Expired,
+                ..
+            })
+        );
         match self {
             Released::Freed | Released::Refused(_) => None,
-            Released::NotHeld => Some(match held.check_now() {
-                Some(Loss {
-                    reason: LossReason::Expired,
-                    ..
-                }) => LossReason::Expired,
-                _ => LossReason::Taken,
-            }),
-            Released::NotHeldAfterUnanswered => Some(match held.check_now() {
-                Some(Loss {
-                    reason: LossReason::Expired,
-                    ..
-                }) => LossReason::Expired,
-                _ => LossReason::ReleaseUnanswered,
-            }),
+            Released::NotHeld(Ended::ForceUnlocked)
+            | Released::NotHeldAfterUnanswered(Ended::ForceUnlocked) => {
+                Some(LossReason::ForceUnlocked)
+            }
+            _ if expired => Some(LossReason::Expired),
+            Released::NotHeld(ended) => Some(ended.reason()),
+            Released::NotHeldAfterUnanswered(_) => Some(LossReason::ReleaseUnanswered),
             Released::Unknown => Some(LossReason::Unconfirmed),
         }
     }
@@ -81,7 +83,7 @@ pub(crate) async fn release(client: &LockClient, held: &HeldLock, lane: &Lane) -
         .await;
     if matches!(&answer, Err(error) if error.is_foreign()) {
         // Another program's value at the lock's name: the lock is not there.
-        answer = Ok(Release::NotHeld);
+        answer = Ok(Release::NotHeld(Ended::Taken));
     }
     // The checker's proof brings back the old rule: one try, and a failure
     // counts as a success.
@@ -96,8 +98,8 @@ pub(crate) async fn release(client: &LockClient, held: &HeldLock, lane: &Lane) -
     }
     let released = match answer {
         Ok(Release::Freed) => Released::Freed,
-        Ok(Release::NotHeld) if unanswered => Released::NotHeldAfterUnanswered,
-        Ok(Release::NotHeld) => Released::NotHeld,
+        Ok(Release::NotHeld(ended)) if unanswered => Released::NotHeldAfterUnanswered(ended),
+        Ok(Release::NotHeld(ended)) => Released::NotHeld(ended),
         Err(error) => {
             let error = backend.error_on_key(error, &held.key, &inner.tag.place);
             telemetry::release_failed(&held.key, &error);

@@ -69,6 +69,8 @@ pub(super) fn lost(label: &'static str, reason: LossReason, since: Instant) {
             LossReason::Expired => "expired",
             LossReason::Unconfirmed => "unconfirmed",
             LossReason::ReleaseUnanswered => "release_unanswered",
+            LossReason::ForceUnlocked => "force_unlocked",
+            LossReason::Gone => "gone",
             LossReason::ShutDown => "shutdown",
             LossReason::Detached => "detached",
         };

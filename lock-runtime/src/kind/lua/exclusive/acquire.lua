@@ -74,10 +74,14 @@ if token > MAX_FENCE then
   return redis.error_reply('LOCKLAYOUT ' .. key .. ' has no fencing token left below 2^53 - 1 (its fence or the server clock is past it)')
 end
 -- A lock freed by a release that named a waiting client: others may wait
--- still, and this hold's release must tell them.
+-- still, and this hold's release must tell them. Who freed it is kept in
+-- the record of its own (note_freed, read.lua).
 local taken = 'h'
-if state == 'f' and holder == '=' and others_waiting(key, owner) then
-  taken = 'w'
+if state == 'f' then
+  if string.sub(holder, 1, 1) == '=' and others_waiting(key, owner) then
+    taken = 'w'
+  end
+  note_freed(key, holder)
 end
 redis.call('set', key, 'L1:' .. string.format('%d', token) .. ':' .. taken .. ':' .. owner, 'px', ARGV[2])
 if ARGV[4] then

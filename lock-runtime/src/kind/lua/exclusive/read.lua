@@ -43,29 +43,34 @@ local function read_lock(key)
 end
 
 
--- The clients that wait on a lock: a hash, in the lock's hash slot, of
--- each waiting client's id to its place (1 + the largest place there when
--- it first found the lock held). A contended release names the client with
--- the smallest place in its notice, and only that client tries at once
--- (see release.lua); a freed lock whose release named one reads
--- `L1:<fence>:f:=`. Its name is the lock's with `:waiting` after it, and
--- the lock's name as the hash tag when the lock has none; nil (no record:
--- releases wake every client) when the lock's name has braces but no hash
--- tag. The record only saves work: its commands go by pcall, and one
--- refused (an ACL without them) leaves releases waking every client.
-local function waiting_key(key)
+-- A record that a lock's scripts keep beside it, in its hash slot: the
+-- lock's name with `suffix` after it, and the lock's name as the hash tag
+-- when the lock has none; nil (no record) when the lock's name has braces
+-- but no hash tag.
+local function record_key(key, suffix)
   local open = string.find(key, '{', 1, true)
   if not open then
     if string.find(key, '}', 1, true) then
       return nil
     end
-    return key .. ':waiting{' .. key .. '}'
+    return key .. suffix .. '{' .. key .. '}'
   end
   local close = string.find(key, '}', open + 1, true)
   if close and close > open + 1 then
-    return key .. ':waiting'
+    return key .. suffix
   end
   return nil
+end
+-- The clients that wait on a lock: a hash (see record_key, `:waiting`) of
+-- each waiting client's id to its place (1 + the largest place there when
+-- it first found the lock held). A contended release names the client with
+-- the smallest place in its notice, and only that client tries at once
+-- (see release.lua); a freed lock whose release named one reads
+-- `L1:<fence>:f:=<name>`. The record only saves work: its commands go by
+-- pcall, and one refused (an ACL without them) leaves releases waking every
+-- client.
+local function waiting_key(key)
+  return record_key(key, ':waiting')
 end
 -- The record's fields (see waiting_key), {} when it cannot be read.
 local function waiting_fields(waiting)
@@ -131,4 +136,66 @@ local function others_waiting(key, owner)
     redis.pcall('hdel', waiting, client)
   end
   return #waiting_fields(waiting) > 0
+end
+-- Who freed a lock. A freed value names it after its state, behind the
+-- `=` of a named waiting client: the owner id of the hold that its own
+-- release freed, or `!` and that owner id when an operator freed it
+-- (force_unlock.lua); nothing in a value a client of 0.1 freed. An acquire
+-- that takes a freed value naming someone moves the name to a record of
+-- its own (see record_key, `:freed`), which lives as long as the freed
+-- hold's lease had left, so that a release or a renewal of that hold that
+-- comes later (sent again after a lost answer, or by redis-rs's retry)
+-- still learns who freed it. Its commands go by pcall: an ACL without them
+-- leaves only the freed value's name.
+local function freed_key(key)
+  return record_key(key, ':freed')
+end
+-- The name a freed value's holder field gives (see freed_key), '' if none.
+local function freed_name(holder)
+  return string.match(holder or '', '^=?(.*)$')
+end
+-- For an acquire about to take `key`, freed and naming `holder`: keeps the
+-- name in the record for the rest of the freed hold's lease.
+local function note_freed(key, holder)
+  local name = freed_name(holder)
+  local freed = name ~= '' and freed_key(key)
+  if not freed then
+    return
+  end
+  local ttl = redis.call('pttl', key)
+  if ttl > 0 then
+    redis.pcall('set', freed, name, 'px', ttl)
+  end
+end
+-- Why `owner` no longer holds `key`, whose stored lock (read_lock) is
+-- `state` and `holder` (nil when absent), for a release or a renewal that
+-- did not find its hold: 3 its own release freed it, 2 an operator freed
+-- it, 0 another owner held it since (or holds it now), 1 it is gone with
+-- nothing naming who freed it (erased, expired, or the record lapsed).
+local function ended(key, state, holder, owner)
+  local names = {}
+  if state == 'f' then
+    names[1] = freed_name(holder)
+  end
+  local freed = freed_key(key)
+  if freed then
+    local record = redis.pcall('get', freed)
+    if type(record) == 'string' then
+      names[#names + 1] = record
+    end
+  end
+  local other = state ~= nil and state ~= 'f'
+  for _, name in ipairs(names) do
+    if name == owner then
+      return 3
+    elseif name == '!' .. owner then
+      return 2
+    elseif name ~= '' then
+      other = true
+    end
+  end
+  if other then
+    return 0
+  end
+  return 1
 end

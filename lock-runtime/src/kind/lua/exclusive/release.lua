@@ -10,7 +10,8 @@
 --          `hold_at_least`. An absolute time, so that the same release
 --          sent again (to a new master after a failover, see
 --          lock-runtime/src/route/replay.rs) sets the same end.
--- The freed lock keeps its fence and the rest of its lease as its expiry.
+-- The freed lock keeps its fence and the rest of its lease as its expiry,
+-- and names ARGV[1] as the owner that freed it (see freed_key, read.lua).
 -- With ARGV[4] still ahead (by TIME), the lock is not freed but kept: its
 -- holder becomes `ARGV[1]/kept` (fence and state as they were) and it
 -- expires at that end, with no process alive (a hold the end of its lease
@@ -30,13 +31,19 @@
 -- refused (NOPERM: no rights on the channel) is ignored. A freed lock with
 -- a client on its record of waiting clients (see read.lua) names the
 -- earliest instead, `=<client>:ARGV[3]`, takes it off the record and reads
--- `L1:<fence>:f:=`: only that client tries at once (the others, after a
--- pause, if no other release came meanwhile).
+-- `L1:<fence>:f:=ARGV[1]`: only that client tries at once (the others,
+-- after a pause, if no other release came meanwhile).
 -- On a shared kind's hash: frees the owner's hold, or withdraws its place
 -- in a line (a waiting writer's claim, a fair waiter's ticket: answered -1);
 -- see ../shared/hash.lua.
--- Returns 1 when the lock was freed, or kept until ARGV[4],
--- -1 when ARGV[1] did not hold it (it expired or was taken): nothing changed.
+-- Returns 1 when the lock was freed, or kept until ARGV[4]; when ARGV[1]
+-- did not hold it, nothing changed and the answer says what the freed
+-- value or the record of who freed it tells (ended, read.lua): -2 its own
+-- release freed it already (this one was sent again), -3 an operator freed
+-- it, {-4, fence} another owner holds it now with that fence, -4 another
+-- owner held it since, -1 it is gone and nothing names who freed it
+-- (erased, expired, or the record lapsed; a shared kind's release whose
+-- hold is gone answers -1 too).
 -- Errors with LOCKLAYOUT when the key holds anything else (another state,
 -- a fence above 2^53 - 1: see acquire.lua).
 -- Reads the stored lock with read_lock (read.lua, prepended).
@@ -50,7 +57,11 @@ if bad then
 end
 local kept = ARGV[1] .. '/kept'
 if not fence or state == 'f' or (holder ~= ARGV[1] and holder ~= kept) then
-  return -1
+  local why = ended(key, state, holder, ARGV[1])
+  if why == 0 and fence and state ~= 'f' then
+    return {-4, tonumber(fence)}
+  end
+  return ({[0] = -4, [1] = -1, [2] = -3, [3] = -2})[why]
 end
 if holder == kept and not ARGV[4] then
   return 1
@@ -65,9 +76,9 @@ if left > 0 then
   redis.call('set', key, 'L1:' .. fence .. ':' .. state .. ':' .. kept, 'px', left)
 elseif state == 'w' then
   named = next_waiting(key)
-  redis.call('set', key, 'L1:' .. fence .. (named and ':f:=' or ':f:'), 'keepttl')
+  redis.call('set', key, 'L1:' .. fence .. (named and ':f:=' or ':f:') .. ARGV[1], 'keepttl')
 else
-  redis.call('set', key, 'L1:' .. fence .. ':f:', 'keepttl')
+  redis.call('set', key, 'L1:' .. fence .. ':f:' .. ARGV[1], 'keepttl')
 end
 if state == 'w' then
   local message = ARGV[2] .. ':' .. ARGV[3]

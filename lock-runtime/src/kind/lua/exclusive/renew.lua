@@ -5,12 +5,15 @@
 --              it and nobody has marked it waited for:
 --              `L1:<fence>:h:<owner>`, with the fence its acquire answered
 --              (for a shared kind's hold, only its owner id is read)
--- Returns the indexes i of the locks not renewed, in order (an empty array
--- when every lease was reset): gone, free, held by another owner, or
--- holding something else: a wrong type, or a string that acquire.lua
--- refuses with LOCKLAYOUT (another state, a fence above 2^53 - 1). The
--- owner holds no lock of layout 1 there, and only that lock is reported,
--- not the batch.
+-- Returns, for each lock not renewed, in order, 4 * i + why (an empty
+-- array when every lease was reset), where why says what the freed value
+-- or the record of who freed it tells (ended, read.lua): 0 another owner
+-- holds it or held it since, or it holds something else (a wrong type, or
+-- a string that acquire.lua refuses with LOCKLAYOUT: another state, a fence
+-- above 2^53 - 1); 1 gone or free with nothing naming another owner (a
+-- shared kind's hold that is gone, too); 2 an operator freed it. The owner
+-- holds no lock of layout 1 there, and only that lock is reported, not the
+-- batch.
 --
 -- One MGET reads every lock. A lock that holds exactly ARGV[i + 1] is
 -- renewed at once; any other is read by the one rule (read_lock, read.lua,
@@ -42,22 +45,30 @@ else
   end
 end
 local lib = nil
--- Whether `owner` still holds the lock at `key`, by the one rule; if so,
--- its lease is reset.
+-- True when `owner` still holds the lock at `key`, by the one rule: its
+-- lease is then reset; otherwise why not (see above).
 local function renew_read(key, owner)
   if not owner then
-    return false
+    return 0
   end
   local fence, state, holder, bad, hash = read_lock(key)
   if hash then
     lib = lib or hash_lib()
-    return lib.hash_renew(key, owner, lease) == 1
+    return lib.hash_renew(key, owner, lease) == 1 or 1
   end
-  if fence and not bad and state ~= 'f' and holder == owner then
+  if bad then
+    return 0
+  end
+  if fence and state ~= 'f' and holder == owner then
     redis.call('pexpireat', key, at)
     return true
   end
-  return false
+  local why = ended(key, state, holder, owner)
+  -- Its own release freed it: the body has ended, and its release tells.
+  if why == 3 then
+    return 1
+  end
+  return why
 end
 local failed = {}
 -- The hot loop: a numeric for and a local `call`, a few percent less than
@@ -67,8 +78,11 @@ for i = 1, #KEYS do
   local key, expected = KEYS[i], ARGV[i + 1]
   if values[i] == expected then
     call('pexpireat', key, at)
-  elseif not renew_read(key, string.match(expected, '^L1:%d+:h:(.*)$')) then
-    failed[#failed + 1] = i
+  else
+    local renewed = renew_read(key, string.match(expected, '^L1:%d+:h:(.*)$'))
+    if renewed ~= true then
+      failed[#failed + 1] = 4 * i + renewed
+    end
   end
 end
 return failed

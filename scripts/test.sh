@@ -190,9 +190,10 @@ mapfile -d '' family_cargo < <(family_cargo_args "$@")
 # them). What it adds to a run, measured on 2 cores:
 # 8.5 min the first time (4 min building every dependency), then about
 # 7 min: the copy and `cargo update` a few seconds, building the
-# workspace's changed crates again up to 2 min, the tests 5.5 min (3.5 of
-# them tests/cluster.rs, 1 tests/cluster_recovery.rs).
-fresh_tests=(cluster cluster_wakeup cluster_recovery replicas sentinel burst)
+# workspace's changed crates again up to 2 min, the tests about 4 min
+# (1.5 of them tests/cluster.rs, 0.7 tests/cluster_recovery.rs, 0.3
+# tests/transfers.rs).
+fresh_tests=(cluster cluster_wakeup cluster_recovery replicas sentinel burst transfers)
 fresh_dir="${LOCK_TEST_FRESH_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/lock-test-fresh/$(pwd -P | cksum | cut -d' ' -f1)}"
 fresh_cargo=()
 for test in "${fresh_tests[@]}"; do fresh_cargo+=(--test "$test"); done

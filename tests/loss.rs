@@ -223,9 +223,12 @@ async fn a_release_that_cannot_reach_redis_is_no_success() {
 /// (the connection drops every answer from the body's end on, and closes
 /// once the release ran): the release is sent again on a new connection.
 /// `between` runs on a connection of the test's own after the first send
-/// freed the lock and before the second is sent.
+/// freed the lock and before the second is sent. With `contended`, the
+/// owner `other:1` asks for the lock while the body holds it (and is
+/// refused), as a waiter would.
 async fn release_with_a_lost_answer(
     key: &'static str,
+    contended: bool,
     between: impl FnOnce(&mut redis::Connection) + Send + 'static,
 ) -> (
     lock_runtime::Outcome<&'static str, LockError>,
@@ -276,8 +279,15 @@ async fn release_with_a_lost_answer(
             proxy.cut();
         })
     };
+    let port = server.port();
     let outcome = client
         .run_locked_outcome(key, LockOptions::new(), async {
+            if contended {
+                let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+                    .and_then(|c| c.get_connection())
+                    .expect("a connection of the test's own");
+                assert!(other_acquires(&mut con, key) < 0, "the body holds it");
+            }
             proxy.mute_answers();
             let _ = muted.send(());
             Ok::<_, LockError>("the body finished")
@@ -292,7 +302,7 @@ async fn release_with_a_lost_answer(
 /// the end and freed by that first send: the call is a success.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_whose_answer_is_lost_learns_that_its_first_send_freed_it() {
-    let (outcome, server) = release_with_a_lost_answer("muted", |_| {}).await;
+    let (outcome, server) = release_with_a_lost_answer("muted", false, |_| {}).await;
     let lock_runtime::Outcome::Held(body) = outcome else {
         panic!("expected Held, got {outcome:?}");
     };
@@ -305,19 +315,25 @@ async fn a_release_whose_answer_is_lost_learns_that_its_first_send_freed_it() {
     assert!(value.contains(":f:"), "{value}");
 }
 
-/// As above, but another owner takes the freed lock between the two sends:
-/// the record of who freed it outlives that acquire, and the release sent
-/// again still learns that its first send freed it: not a taking.
+/// acquire.lua for the owner `other:1` on `lock:<key>`: its answer.
+fn other_acquires(con: &mut redis::Connection, key: &str) -> i64 {
+    let source = lock_runtime::__private::script_source("acquire").expect("acquire.lua");
+    redis::Script::new(source)
+        .key(format!("lock:{key}"))
+        .arg("other:1")
+        .arg(30_000)
+        .invoke(con)
+        .expect("another owner's acquire")
+}
+
+/// As above, but another owner waits for the lock, and takes it between
+/// the two sends: the record of who freed it outlives that acquire, and
+/// the release sent again still learns that its first send freed it: not a
+/// taking.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_release_sent_again_after_another_owner_took_the_lock_is_not_called_taken() {
-    let (outcome, server) = release_with_a_lost_answer("muted-taken", |con| {
-        let source = lock_runtime::__private::script_source("acquire").expect("acquire.lua");
-        let token: i64 = redis::Script::new(source)
-            .key("lock:muted-taken")
-            .arg("other:1")
-            .arg(30_000)
-            .invoke(con)
-            .expect("another owner's acquire");
+async fn a_release_sent_again_after_a_waiter_took_the_lock_is_not_called_taken() {
+    let (outcome, server) = release_with_a_lost_answer("muted-taken", true, |con| {
+        let token = other_acquires(con, "muted-taken");
         assert!(token > 0, "the other owner took the freed lock: {token}");
     })
     .await;
@@ -339,6 +355,34 @@ async fn a_release_sent_again_after_another_owner_took_the_lock_is_not_called_ta
         .query(&mut con)
         .expect("the record of who freed it");
     assert!(!freed.starts_with('!'), "freed by its own release: {freed}");
+}
+
+/// The same without a waiter: a caller that did not wait takes the freed
+/// lock between the two sends. Nobody waited, so no record of who freed it
+/// was kept (an uncontended key taken again writes none), and the release
+/// sent again cannot tell its own first send from a taking: it says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_sent_again_after_an_uncontended_free_was_taken_says_it_cannot_tell() {
+    let (outcome, _server) = release_with_a_lost_answer("muted-fresh", false, |con| {
+        let token = other_acquires(con, "muted-fresh");
+        assert!(token > 0, "the other owner took the freed lock: {token}");
+    })
+    .await;
+    let lock_runtime::Outcome::RanButLost { body, error } = outcome else {
+        panic!("expected RanButLost, got {outcome:?}");
+    };
+    assert_eq!(body.expect("the body's result"), "the body finished");
+    assert!(
+        matches!(
+            error,
+            LockError::Lost {
+                reason: LossReason::ReleaseUnanswered,
+                found_by: FoundBy::Release,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
 }
 
 /// The body returns its own error, but the release finds the lock gone: the

@@ -127,9 +127,9 @@ fn a_stale_release_cannot_free_a_later_hold(x: &mut Executor) {
     assert_eq!(release(x, "a:1", first), 1);
     let second = acquire(x, "a:2");
     // The first acquisition's release arrives again, late: it frees
-    // nothing, and learns from the record of who freed the key that its own
-    // first send did.
-    assert_eq!(release(x, "a:1", first), -2);
+    // nothing, and finds another owner's hold (-4). Nobody waited for the
+    // first hold, so no record of who freed it was kept.
+    assert_eq!(release(x, "a:1", first), -4);
     assert_eq!(value(x).expect("held").2, "a:2");
     assert_eq!(release(x, "a:2", second), 1);
 }
@@ -150,11 +150,25 @@ fn who_freed_a_lock_outlives_the_next_acquire(x: &mut Executor) {
     let get = |x: &mut Executor, key: &str| -> Option<String> {
         redis::cmd("GET").arg(key).query(x).expect("GET")
     };
-    // Freed by its own release, then taken by another owner: the name moves
-    // to the record, for the rest of the freed hold's lease.
+    // Freed by its own release with nobody waiting, then taken: the name
+    // stays in the freed value only, and the acquire writes no record.
     let first = acquire(x, "a:1");
     assert_eq!(release(x, "a:1", first), 1);
     assert_eq!(value(x).expect("freed").2, "a:1");
+    assert_eq!(release(x, "a:1", first), -2, "its own release freed it");
+    let _: () = redis::cmd("DEL").arg(KEY).query(x).expect("DEL");
+    let first = acquire(x, "a:1");
+    assert_eq!(release(x, "a:1", first), 1);
+    assert!(acquire(x, "z:1") > first);
+    assert_eq!(get(x, RECORD), None, "an uncontended lock taken again");
+    assert_eq!(release(x, "z:1", first + 1_000_000), 1);
+    let _: () = redis::cmd("DEL").arg(KEY).query(x).expect("DEL");
+    // Freed by its own release while b waited, then taken by b: the name
+    // moves to the record, for the rest of the freed hold's lease.
+    let first = acquire(x, "a:1");
+    assert!(acquire(x, "b:1") <= -2, "b waits");
+    assert_eq!(release(x, "a:1", first), 1);
+    assert_eq!(value(x).expect("freed").2, "=a:1");
     let left = pttl(x);
     let second = acquire(x, "b:1");
     assert!(second > first);

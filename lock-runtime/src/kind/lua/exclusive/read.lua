@@ -137,26 +137,34 @@ local function others_waiting(key, owner)
   end
   return #waiting_fields(waiting) > 0
 end
--- Who freed a lock. A freed value names it after its state, behind the
--- `=` of a named waiting client: the owner id of the hold that its own
--- release freed, or `!` and that owner id when an operator freed it
--- (force_unlock.lua); nothing in a value a client of 0.1 freed. An acquire
--- that takes a freed value naming someone moves the name to a record of
--- its own (see record_key, `:freed`), which lives as long as the freed
--- hold's lease had left, so that a release or a renewal of that hold that
--- comes later (sent again after a lost answer, or by redis-rs's retry)
--- still learns who freed it. Its commands go by pcall: an ACL without them
--- leaves only the freed value's name.
+-- Who freed a lock. A freed value names it after its state: the owner id
+-- of the hold that its own release freed, or `!` and that owner id when an
+-- operator freed it (force_unlock.lua); behind a mark when a caller found
+-- the hold held (`=` when the release named a waiting client, `+` when it
+-- did not); nothing in a value a client of 0.1 freed. An acquire that
+-- takes a freed value with a mark or an operator's name moves the name to
+-- a record of its own (see record_key, `:freed`), which lives as long as
+-- the freed hold's lease had left, so that a release or a renewal of that
+-- hold that comes later (sent again after a lost answer, or by redis-rs's
+-- retry) still learns who freed it: a waiter takes a contended lock at
+-- once. An uncontended lock taken again (one task's loop on its own key)
+-- writes no record. Its commands go by pcall: an ACL without them leaves
+-- only the freed value's name.
 local function freed_key(key)
   return record_key(key, ':freed')
 end
 -- The name a freed value's holder field gives (see freed_key), '' if none.
 local function freed_name(holder)
-  return string.match(holder or '', '^=?(.*)$')
+  return string.match(holder or '', '^[=+]?(.*)$')
 end
--- For an acquire about to take `key`, freed and naming `holder`: keeps the
--- name in the record for the rest of the freed hold's lease.
+-- For an acquire about to take `key`, freed with the holder field
+-- `holder`: keeps a contended free's or an operator's name in the record
+-- for the rest of the freed hold's lease.
 local function note_freed(key, holder)
+  local mark = string.sub(holder, 1, 1)
+  if mark ~= '=' and mark ~= '+' and mark ~= '!' then
+    return
+  end
   local name = freed_name(holder)
   local freed = name ~= '' and freed_key(key)
   if not freed then

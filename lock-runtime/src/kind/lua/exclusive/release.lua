@@ -11,7 +11,8 @@
 --          sent again (to a new master after a failover, see
 --          lock-runtime/src/route/replay.rs) sets the same end.
 -- The freed lock keeps its fence and the rest of its lease as its expiry,
--- and names ARGV[1] as the owner that freed it (see freed_key, read.lua).
+-- and names ARGV[1] as the owner that freed it, behind a `+` when a caller
+-- found it held (see freed_key, read.lua).
 -- With ARGV[4] still ahead (by TIME), the lock is not freed but kept: its
 -- holder becomes `ARGV[1]/kept` (fence and state as they were) and it
 -- expires at that end, with no process alive (a hold the end of its lease
@@ -76,7 +77,7 @@ if left > 0 then
   redis.call('set', key, 'L1:' .. fence .. ':' .. state .. ':' .. kept, 'px', left)
 elseif state == 'w' then
   named = next_waiting(key)
-  redis.call('set', key, 'L1:' .. fence .. (named and ':f:=' or ':f:') .. ARGV[1], 'keepttl')
+  redis.call('set', key, 'L1:' .. fence .. (named and ':f:=' or ':f:+') .. ARGV[1], 'keepttl')
 else
   redis.call('set', key, 'L1:' .. fence .. ':f:' .. ARGV[1], 'keepttl')
 end

@@ -1,6 +1,6 @@
 //! (m) Memory after churn: distinct keys taken and released at a steady
 //! rate (1,000 a second) through the library, then what Redis keeps of them
-//! and for how long. A freed lock keeps its key, `L1:<fence>:f:`, for the
+//! and for how long. A freed lock keeps its key, `L1:<fence>:f:<owner>`, for the
 //! rest of its lease (the fence must outlive a holder that may still write
 //! with it; see `docs/redis-layout.md`), so the keys left are about the
 //! rate times the lease, and the last is gone about a lease after the churn
@@ -234,7 +234,8 @@ pub fn render(runs: &[Churn], cfg: &Config) -> String {
     );
     let _ = writeln!(
         o,
-        "\nWhat a released lock leaves behind: its key, `L1:<fence>:f:`, kept for the rest of its \
+        "\nWhat a released lock leaves behind: its key, `L1:<fence>:f:<owner id>` (who freed it), \
+         kept for the rest of its \
          lease so that its fence outlives any holder that may still write with it, then expired by \
          Redis. Per key left: `used_memory` right after less before, over the keys left. The keys \
          were counted by SCAN every {} until none was left (at most the lease + 5 s).\n",

@@ -19,7 +19,7 @@ pub struct LockInfo {
     /// The lock's full key (the client's prefix, then the key).
     pub key: String,
     /// Who holds it; `None` when it is free. A freed lock whose lease has
-    /// not ended yet (`L1:<fence>:f:` in Redis) is free.
+    /// not ended yet (`L1:<fence>:f:<owner>` in Redis) is free.
     pub holder: Option<LockHolder>,
     /// How long the holder's lease lasts from now unless renewed; `None`
     /// when the lock is free (or, if someone set it by hand, has no expiry).

@@ -93,6 +93,58 @@ async fn a_body_that_never_began_is_not_run() {
     );
 }
 
+/// The acquire's answer comes back after the lease it asked for has run
+/// out (its connection froze for longer than the lease): the hold is found
+/// lost before the body's first poll, and the body never begins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_found_lost_before_the_first_poll_is_not_run() {
+    let server = lock_testkit::Server::tcp(&[]);
+    let proxy =
+        lock_testkit::Proxy::start(([127, 0, 0, 1], server.port()).into()).expect("the proxy");
+    let client = LockClient::builder()
+        .command_timeout(Duration::from_secs(10))
+        .connect(&format!("redis://{}/", proxy.addr()))
+        .await
+        .expect("connect through the proxy");
+    // Calls that make every connection the call may use before the freeze.
+    for _ in 0..3 {
+        client
+            .run_locked("o:warm", LockOptions::new(), async {
+                Ok::<_, LockError>(())
+            })
+            .await
+            .expect("a call before the freeze");
+    }
+    let lease = Duration::from_millis(500);
+    proxy.freeze();
+    let proxy = Arc::new(proxy);
+    // The fault: the connection stays frozen for twice the lease.
+    let thaw = {
+        let proxy = proxy.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(2 * lease);
+            proxy.thaw();
+        })
+    };
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = ran.clone();
+    let outcome = client
+        .run_locked_outcome("o:late", LockOptions::new().lease(lease), async move {
+            flag.store(true, Ordering::SeqCst);
+            Ok::<_, LockError>(())
+        })
+        .await;
+    thaw.join().expect("the thawing thread");
+    match &outcome {
+        Outcome::NotRun(LockError::Lost { reason, .. }) => {
+            assert_eq!(*reason, LossReason::Expired, "{outcome:?}")
+        }
+        other => panic!("expected NotRun(Lost), got {other:?}"),
+    }
+    assert!(!outcome.body_began(), "{outcome:?}");
+    assert!(!ran.load(Ordering::SeqCst), "the body ran");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_stopped_on_loss_is_stopped() {
     let client = LockClient::in_memory();

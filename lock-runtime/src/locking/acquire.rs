@@ -10,14 +10,15 @@ use crate::client::LockClient;
 use crate::error::{HeldBy, LockError};
 use crate::held::{Frame, Grant, HeldLock};
 use crate::kind::{kind_mismatch, Acquire, Claim, Kind};
+use crate::locking::give_back;
 use crate::locking::release::release_later;
 use crate::owner_id::OwnerId;
 use crate::route::{BackendError, Lane};
 use crate::telemetry;
 
 /// How long a waiter sleeps when the holder's lock has no expiry (someone
-/// changed the key by hand), before it tries again.
-const NO_TTL_RETRY: Duration = Duration::from_millis(100);
+/// changed the key by hand), before it tries again (one key or a set).
+pub(super) const NO_TTL_RETRY: Duration = Duration::from_millis(100);
 
 /// One call's request to take a lock.
 pub(crate) struct Request {
@@ -129,7 +130,7 @@ async fn take(
                 telemetry::waiting(refused.holder_ttl(), *attempts);
                 if matches!(refused, Acquire::Queued { .. }) {
                     // A place taken in a line is given up at once.
-                    drop(Place::new(client, &lane, &key, &owner_id, claim));
+                    give_back_later(client, &lane, &key, &owner_id, claim);
                 }
                 return Err(timed_out(client, key, start.elapsed()));
             }
@@ -193,47 +194,6 @@ struct Line<'a> {
     attempts: &'a mut u32,
 }
 
-/// A place the call keeps in a line in the backend (a fair waiter's ticket,
-/// a writer's claim ahead of new readers), while `armed`: dropped armed
-/// (the call gave up, failed or was cancelled), it is withdrawn at once,
-/// in the background.
-struct Place<'a> {
-    client: &'a LockClient,
-    lane: &'a Lane,
-    key: &'a str,
-    owner: &'a OwnerId,
-    claim: Claim,
-    armed: bool,
-}
-
-impl<'a> Place<'a> {
-    /// A place just taken.
-    fn new(
-        client: &'a LockClient,
-        lane: &'a Lane,
-        key: &'a str,
-        owner: &'a OwnerId,
-        claim: Claim,
-    ) -> Self {
-        Place {
-            client,
-            lane,
-            key,
-            owner,
-            claim,
-            armed: true,
-        }
-    }
-}
-
-impl Drop for Place<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            give_back_later(self.client, self.lane, self.key, self.owner, self.claim);
-        }
-    }
-}
-
 impl Line<'_> {
     /// Waits in this client's line for the key until a request is granted
     /// (its answer, and when it was sent) or `deadline`.
@@ -250,8 +210,15 @@ impl Line<'_> {
         let inner = &self.client.inner;
         let fair = self.claim.kind == Kind::Fair;
         let ticket = inner.waiters.join(self.key, self.owner_number, fair);
-        let mut place = Place::new(self.client, self.lane, self.key, self.owner, self.claim);
-        place.armed = queued;
+        // A place the call keeps in a line in the backend (a fair waiter's
+        // ticket, a writer's claim ahead of new readers), while armed:
+        // dropped armed (the call gave up, failed or was cancelled), it is
+        // withdrawn at once, in the background.
+        let (client, lane, key, owner, claim) =
+            (self.client, self.lane, self.key, self.owner, self.claim);
+        let mut place = give_back::OnDrop::new(queued, || {
+            give_back_later(client, lane, key, owner, claim);
+        });
         // A place is kept alive by asking again at a third of its lease.
         let heartbeat = self.claim.waiter_lease / 3;
         let mut beat_at = Instant::now() + heartbeat;
@@ -409,32 +376,9 @@ async fn not_replicated(
 }
 
 /// Releases `owner`'s acquisition of `key` in the background, first on
-/// `lane`: it follows a request of `claim` that may have taken the lock or
-/// a place in a line (the release withdraws a place too), so a route that
-/// fails over keeps it as long as either lives.
+/// `lane` (see [`give_back::later`]).
 fn give_back_later(client: &LockClient, lane: &Lane, key: &str, owner: &OwnerId, claim: Claim) {
-    let (kind, lease) = (claim.kind, claim.give_back_lease());
-    let owned = client.clone();
-    let (lane, key, owner) = (lane.clone(), key.to_owned(), *owner);
-    client.inner.io.spawn(async move {
-        let backend = &owned.inner.backend;
-        let released = backend
-            .release(&lane, &key, (&owner, 0), (kind, lease, None))
-            .await;
-        if released.is_err() {
-            // The caller's runtime, which drives a local connection, has
-            // ended or does not run, or the connection broke: by now the
-            // acquire has landed or never will, so the client's connection
-            // can follow it.
-            let hold = (&*owner, 0);
-            let _ = backend
-                .release(&Lane::Home, &key, hold, (kind, lease, None))
-                .await;
-        }
-        // What it gave back (a place in a line holding readers back, say)
-        // may let this client's waiters in; its notice skips this client.
-        owned.inner.waiters.wake_release(key.as_bytes(), 0);
-    });
+    give_back::later(client, lane, vec![(key.to_owned(), *owner)], claim);
 }
 
 /// One acquire request, for a call whose wait ends at `until` (on Cluster
@@ -451,34 +395,14 @@ async fn attempt(
     owner: &OwnerId,
     (claim, until): (Claim, Instant),
 ) -> Result<Acquire, BackendError> {
-    struct InFlight<'a> {
-        client: &'a LockClient,
-        lane: &'a Lane,
-        key: &'a str,
-        owner: &'a OwnerId,
-        claim: Claim,
-        done: bool,
-    }
-    impl Drop for InFlight<'_> {
-        fn drop(&mut self) {
-            if !self.done {
-                give_back_later(self.client, self.lane, self.key, self.owner, self.claim);
-            }
-        }
-    }
-    let mut in_flight = InFlight {
-        client,
-        lane,
-        key,
-        owner,
-        claim,
-        done: false,
-    };
+    let mut in_flight = give_back::OnDrop::new(true, || {
+        give_back_later(client, lane, key, owner, claim);
+    });
     let outcome = client
         .inner
         .backend
         .acquire(lane, key, owner, (claim, until))
         .await;
-    in_flight.done = !matches!(&outcome, Err(error) if error.outcome_unknown());
+    in_flight.armed = matches!(&outcome, Err(error) if error.outcome_unknown());
     outcome
 }

@@ -5,6 +5,7 @@
 
 mod acquire;
 pub(crate) mod all;
+mod give_back;
 pub(crate) mod outcome;
 mod phase;
 pub(crate) mod release;

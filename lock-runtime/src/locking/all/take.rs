@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::super::acquire::timed_out;
+use super::super::acquire::{timed_out, NO_TTL_RETRY};
+use super::super::give_back;
 use crate::backend::FailedOn;
 use crate::client::LockClient;
 use crate::error::LockError;
@@ -18,10 +19,6 @@ use crate::owner_id::OwnerId;
 use crate::route::Lane;
 use crate::telemetry;
 use crate::wakeup::Ticket;
-
-/// How long a waiter sleeps when the holder's lock has no expiry (someone
-/// changed the key by hand), before it tries again.
-const NO_TTL_RETRY: Duration = Duration::from_millis(100);
 
 /// The keys one call takes, with an acquisition (owner id) each.
 pub(super) struct Set<'a> {
@@ -49,22 +46,6 @@ enum Asked {
         index: usize,
         ttl: Option<Duration>,
     },
-}
-
-/// Gives back every key of a set in the background while `armed`: dropped
-/// armed (the call was cancelled with a request in flight, or a request
-/// failed), the set may be held in the backend.
-struct InFlight<'a, 'b> {
-    set: &'b Set<'a>,
-    armed: bool,
-}
-
-impl Drop for InFlight<'_, '_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.set.give_back_later();
-        }
-    }
 }
 
 impl Set<'_> {
@@ -192,10 +173,9 @@ impl Set<'_> {
         (start, sent): (Instant, Instant),
         until: Instant,
     ) -> Result<Asked, LockError> {
-        let mut in_flight = InFlight {
-            set: self,
-            armed: true,
-        };
+        let mut in_flight = give_back::OnDrop::new(true, || {
+            self.give_back_later();
+        });
         let answer = self
             .client
             .inner
@@ -263,25 +243,10 @@ impl Set<'_> {
         }
     }
 
-    /// Gives back every key of the set in the background, key by key, first
-    /// on the call's lane, then on the client's connection where that
-    /// failed; this client's waiters on each key try again after.
+    /// Gives back every key of the set in the background (see
+    /// [`give_back::later`]).
     fn give_back_later(&self) -> tokio::task::JoinHandle<()> {
-        let client = self.client.clone();
-        let (lane, claim) = (self.lane.clone(), self.claim);
-        let keys = self.keys.to_vec();
-        let owners = self.owners();
-        self.client.inner.io.spawn(async move {
-            let backend = &client.inner.backend;
-            let kind_lease = (claim.kind, claim.give_back_lease(), None);
-            let releases = keys.iter().zip(&owners).map(|(key, owner)| async {
-                let hold = (&**owner, 0);
-                if backend.release(&lane, key, hold, kind_lease).await.is_err() {
-                    let _ = backend.release(&Lane::Home, key, hold, kind_lease).await;
-                }
-                client.inner.waiters.wake_release(key.as_bytes(), 0);
-            });
-            futures_util::future::join_all(releases).await;
-        })
+        let holds = self.keys.iter().cloned().zip(self.owners()).collect();
+        give_back::later(self.client, self.lane, holds, self.claim)
     }
 }

@@ -175,7 +175,12 @@ async fn settle(
 }
 
 /// The caller's error for a failed acquire request on `key`.
-fn failed(client: &LockClient, source: BackendError, key: &str, kind: Kind) -> LockError {
+pub(super) fn failed(
+    client: &LockClient,
+    source: BackendError,
+    key: &str,
+    kind: Kind,
+) -> LockError {
     let inner = &client.inner;
     kind_mismatch(&source, key, kind)
         .unwrap_or_else(|| inner.backend.error_on_key(source, key, &inner.tag.place))
@@ -359,13 +364,24 @@ async fn not_replicated(
     acked: usize,
     start: Instant,
 ) -> LockError {
+    let key = held.key.clone();
+    let giving_back = release_later(client, Arc::new(held), lane.clone());
+    let _ = giving_back.await;
+    not_replicated_error(client, key, acked, start)
+}
+
+/// The error of a call (begun at `start`) whose lock or set, named by
+/// `key`, `acked` replicas acknowledged: fewer than `sync_replicas` asks.
+pub(super) fn not_replicated_error(
+    client: &LockClient,
+    key: String,
+    acked: usize,
+    start: Instant,
+) -> LockError {
     let (needed, timeout) = client
         .inner
         .sync_replicas
         .map_or((0, Duration::ZERO), |sync| (sync.replicas, sync.timeout));
-    let key = held.key.clone();
-    let giving_back = release_later(client, Arc::new(held), lane.clone());
-    let _ = giving_back.await;
     LockError::NotReplicated {
         key,
         needed,

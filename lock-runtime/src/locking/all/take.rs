@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::super::acquire::{timed_out, NO_TTL_RETRY};
+use super::super::acquire::{failed, not_replicated_error, timed_out, NO_TTL_RETRY};
 use super::super::give_back;
 use crate::backend::FailedOn;
 use crate::client::LockClient;
 use crate::error::LockError;
 use crate::kind::several::Several;
-use crate::kind::{kind_mismatch, Claim};
+use crate::kind::Claim;
 use crate::owner_id::OwnerId;
 use crate::route::Lane;
 use crate::telemetry;
@@ -210,7 +210,6 @@ impl Set<'_> {
     /// that failed), else the key the server's error names (else the
     /// first).
     fn failed(&self, failure: FailedOn) -> LockError {
-        let inner = &self.client.inner;
         let FailedOn { error: source, key } = failure;
         let text = source.to_string();
         let key = match key.and_then(|i| self.keys.get(i)) {
@@ -221,26 +220,14 @@ impl Set<'_> {
                 .find(|key| text.contains(key.as_str()))
                 .unwrap_or(&self.keys[0]),
         };
-        kind_mismatch(&source, key, self.claim.kind)
-            .unwrap_or_else(|| inner.backend.error_on_key(source, key, &inner.tag.place))
+        failed(self.client, source, key, self.claim.kind)
     }
 
     /// Gives back a set taken without enough replicas acknowledging it,
     /// waiting for it, and gives the caller's error.
     async fn not_replicated(&self, acked: usize, start: Instant) -> LockError {
-        let (needed, timeout) = self
-            .client
-            .inner
-            .sync_replicas
-            .map_or((0, Duration::ZERO), |sync| (sync.replicas, sync.timeout));
         let _ = self.give_back_later().await;
-        LockError::NotReplicated {
-            key: self.keys[0].clone(),
-            needed,
-            acked,
-            timeout,
-            waited: start.elapsed(),
-        }
+        not_replicated_error(self.client, self.keys[0].clone(), acked, start)
     }
 
     /// Gives back every key of the set in the background (see

@@ -66,7 +66,8 @@ pub(crate) async fn acquire(
     }
     if tokens.len() >= b.quorum() {
         let token = tokens.iter().copied().max().unwrap_or_default();
-        let kept = write_back(b, &answers, key, owner, token).await;
+        let given = |i: usize| granted(&answers[i]);
+        let kept = write_back(b, given, (&[key], &[owner]), &[token]).await;
         if kept >= b.quorum() && sent.elapsed() + drift < lease {
             return Ok(match claim.kind {
                 Kind::Exclusive if claim.timed => Acquire::Timed {
@@ -121,33 +122,52 @@ fn each_since(answers: &Answers<Acquire>) -> Box<[u64]> {
     answers.iter().map(since).collect()
 }
 
-/// Writes `token` back to the nodes that granted the lock with a smaller
-/// one; how many granting nodes now keep `token`.
-async fn write_back(
+/// The tokens a node's answer granted: one, or none.
+fn granted<E>(answer: &Result<Acquire, E>) -> Option<&[u64]> {
+    match answer {
+        Ok(
+            Acquire::Acquired(token) | Acquire::Timed { token, .. } | Acquire::Shared { token, .. },
+        ) => Some(std::slice::from_ref(token)),
+        _ => None,
+    }
+}
+
+/// Writes each key's token (`tokens`, of `keys` held by `owners`) back to
+/// the granting nodes that gave it less, one key or a set alike; `given(i)`
+/// is what node `i` granted, if it did. How many granting nodes now keep
+/// every key's token.
+pub(super) async fn write_back<'a>(
     b: &RedlockBackend,
-    answers: &Answers<Acquire>,
-    key: &str,
-    owner: &str,
-    token: u64,
+    given: impl Fn(usize) -> Option<&'a [u64]>,
+    (keys, owners): (&[&str], &[&str]),
+    tokens: &[u64],
 ) -> usize {
-    let granted = |i: usize| matches!(&answers[i], Ok(a) if a.token().is_some());
-    let behind = |i: usize| matches!(&answers[i], Ok(a) if a.token().is_some_and(|t| t < token));
-    let keeping = (0..b.nodes().len())
-        .filter(|&i| granted(i) && !behind(i))
-        .count();
-    if (0..b.nodes().len()).all(|i| !behind(i)) {
-        return keeping;
+    let nodes = b.nodes().len();
+    let behind =
+        |i: usize| given(i).is_some_and(|given| given.iter().zip(tokens).any(|(g, t)| g < t));
+    if (0..nodes).all(|i| !behind(i)) {
+        return (0..nodes).filter(|&i| given(i).is_some()).count();
     }
     let timeout = b.node_timeout();
-    let writes = b.nodes().iter().enumerate().map(|(i, node)| async move {
-        if !behind(i) {
-            return false;
+    let writes = b.nodes().iter().enumerate().map(|(i, node)| {
+        let given = given(i);
+        async move {
+            let Some(given) = given else {
+                return false;
+            };
+            for (k, (&given, &token)) in given.iter().zip(tokens).enumerate() {
+                if given < token {
+                    let write = exclusive::fence(&node.backend, keys[k], owners[k], token);
+                    if !matches!(tokio::time::timeout(timeout, write).await, Ok(Ok(true))) {
+                        return false;
+                    }
+                }
+            }
+            true
         }
-        let write = exclusive::fence(&node.backend, key, owner, token);
-        matches!(tokio::time::timeout(timeout, write).await, Ok(Ok(true)))
     });
-    let written = futures_util::future::join_all(writes).await;
-    keeping + written.into_iter().filter(|w| *w).count()
+    let kept = futures_util::future::join_all(writes).await;
+    kept.into_iter().filter(|kept| *kept).count()
 }
 
 /// Freed when a quorum freed the owner's hold (or, with `tail`, kept it

@@ -1,16 +1,17 @@
 //! Several keys at once on Redlock: each node takes the whole set in one
 //! script call (`several.rs`), and the set is taken when a majority took
 //! all of it within the lease; each key's fencing token is the largest the
-//! granting nodes gave it, written back where a granting node gave less,
-//! as for one key (see `quorum.rs`). Otherwise every node that may have
+//! granting nodes gave it, written back where a granting node gave less
+//! by the write-back one key uses (`quorum::write_back`). Otherwise every node that may have
 //! taken the set gives it back, and the caller waits for the key that a
 //! majority refused, or retries after a short random delay on a split vote.
 
 use futures_util::future::join_all;
 use tokio::time::Instant;
 
+use super::quorum::write_back;
 use super::several::{self, Several};
-use super::{exclusive, Claim};
+use super::Claim;
 use crate::route::redlock::{Answers, RedlockBackend};
 use crate::route::{BackendError, Lane};
 
@@ -30,7 +31,11 @@ pub(crate) async fn acquire_all(
     let granted = (0..answers.len()).filter(|&i| taken(i)).count();
     if granted >= b.quorum() {
         let tokens = largest_tokens(&answers, keys.len());
-        let kept = write_back(b, &answers, (keys, owners), &tokens).await;
+        let given = |i: usize| match &answers[i] {
+            Ok(Several::Taken(given)) => Some(given.as_slice()),
+            _ => None,
+        };
+        let kept = write_back(b, given, (keys, owners), &tokens).await;
         if kept >= b.quorum() && sent.elapsed() + b.drift(claim.lease) < claim.lease {
             return Ok(Several::Taken(tokens));
         }
@@ -80,40 +85,6 @@ fn largest_tokens(answers: &Answers<Several>, count: usize) -> Vec<u64> {
         }
     }
     tokens
-}
-
-/// Writes each key's token back to the granting nodes that gave it less;
-/// how many granting nodes now keep every key's token.
-async fn write_back(
-    b: &RedlockBackend,
-    answers: &Answers<Several>,
-    (keys, owners): (&[&str], &[&str]),
-    tokens: &[u64],
-) -> usize {
-    let timeout = b.node_timeout();
-    let writes = b
-        .nodes()
-        .iter()
-        .zip(answers)
-        .map(|(node, answer)| async move {
-            let Ok(Several::Taken(given)) = answer else {
-                return false;
-            };
-            for (i, (&given, &token)) in given.iter().zip(tokens).enumerate() {
-                if given < token {
-                    let write = exclusive::fence(&node.backend, keys[i], owners[i], token);
-                    if !matches!(tokio::time::timeout(timeout, write).await, Ok(Ok(true))) {
-                        return false;
-                    }
-                }
-            }
-            true
-        });
-    join_all(writes)
-        .await
-        .into_iter()
-        .filter(|kept| *kept)
-        .count()
 }
 
 /// Gives the set back, key by key, on the nodes at `nodes`, each within the

@@ -23,7 +23,7 @@ use pin_project_lite::pin_project;
 use tracing::Span;
 
 use crate::client::{ClientRef, LockClient};
-use crate::error::{FoundBy, LockError};
+use crate::error::LockError;
 use crate::held::{Frame, HeldLock, Loss};
 use crate::options::LockOptions;
 use crate::ownership;
@@ -643,18 +643,8 @@ fn finish<O: Report<T, E>, T, E>(
     result: Result<T, E>,
     released: Released,
 ) -> O::Output {
-    if let Released::Refused(error) = released {
-        // It reached Redis, which refused it: what it was, not a loss.
-        return O::ran_but_lost(result, *error);
+    match release::verdict(held, released) {
+        None => O::held(result),
+        Some(error) => O::ran_but_lost(result, error),
     }
-    let Some(reason) = released.loss(held) else {
-        telemetry::released(held);
-        return O::held(result);
-    };
-    let loss = Loss::new(reason, FoundBy::Release);
-    // Marked as every loss is, so that the hold's listeners hear it; the
-    // caller is told what the release found.
-    held.lose(loss);
-    telemetry::lost(held, loss);
-    O::ran_but_lost(result, lost(held, loss))
 }

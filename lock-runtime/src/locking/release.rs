@@ -5,7 +5,7 @@ use std::sync::Arc;
 use tracing::{Instrument, Span};
 
 use crate::client::LockClient;
-use crate::error::{LockError, LossReason};
+use crate::error::{FoundBy, LockError, LossReason};
 use crate::held::{HeldLock, Loss};
 use crate::kind::{Ended, Kind, Release};
 use crate::route::Lane;
@@ -62,6 +62,28 @@ impl Released {
             Released::Unknown => Some(LossReason::Unconfirmed),
         }
     }
+}
+
+/// What a release that ended as `released` tells the call about `held`,
+/// one key or each key of a set: nothing when it freed the hold; Redis's
+/// refusal as it was (it reached Redis: not a loss); else the loss, marked
+/// on the hold as every loss is (so that its listeners hear it) and traced.
+pub(crate) fn verdict(held: &HeldLock, released: Released) -> Option<LockError> {
+    if let Released::Refused(error) = released {
+        return Some(*error);
+    }
+    let Some(reason) = released.loss(held) else {
+        telemetry::released(held);
+        return None;
+    };
+    let loss = Loss::new(reason, FoundBy::Release);
+    held.lose(loss);
+    telemetry::lost(held, loss);
+    Some(LockError::Lost {
+        key: held.key.clone(),
+        reason,
+        found_by: FoundBy::Release,
+    })
 }
 
 /// Frees the lock `held` took, on `lane` (the call's connection), and wakes

@@ -13,9 +13,9 @@ use futures_util::future::join_all;
 use tracing::Span;
 
 use super::super::outcome::Report;
-use super::super::release::{release, release_dropped, release_later, Released};
+use super::super::release::{release, release_dropped, release_later, verdict};
 use crate::client::LockClient;
-use crate::error::{FoundBy, LockError};
+use crate::error::LockError;
 use crate::held::{Frame, HeldLock, Loss};
 use crate::ownership;
 use crate::route::Lane;
@@ -185,22 +185,9 @@ impl<'c> Chain<'c> {
         let released = join_all(releases).await;
         let mut error = None;
         for (held, released) in self.taken.iter().zip(released) {
-            if let Released::Refused(refused) = released {
-                error.get_or_insert(*refused);
-                continue;
+            if let Some(found) = verdict(held, released) {
+                error.get_or_insert(found);
             }
-            let Some(reason) = released.loss(held) else {
-                telemetry::released(held);
-                continue;
-            };
-            let loss = Loss::new(reason, FoundBy::Release);
-            held.lose(loss);
-            telemetry::lost(held, loss);
-            error.get_or_insert(LockError::Lost {
-                key: held.key.clone(),
-                reason,
-                found_by: FoundBy::Release,
-            });
         }
         error
     }

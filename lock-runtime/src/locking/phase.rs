@@ -195,19 +195,28 @@ fn reenter_around<'a, T, E>(
     (kind, turn_of): (Kind, Frame),
     parent: Option<Frame>,
 ) -> Result<Phase<'a, T, E>, LockError> {
-    let held = turn_of.held().kind;
+    reenters(&turn_of, kind, &key)?;
+    let outer = parent.expect("a held lock is in a chain");
+    reenter(client, key, options, turn_of, outer)
+}
+
+/// Whether the hold `frame` around a call lets a call of `kind` on `key`
+/// in, one key or a key of a set: not when the kinds differ, nor to
+/// upgrade a read hold.
+pub(super) fn reenters(frame: &Frame, kind: Kind, key: &str) -> Result<(), LockError> {
+    let held = frame.held().kind;
     match held.reenters(kind) {
-        Ok(true) => {
-            let outer = parent.expect("a held lock is in a chain");
-            reenter(client, key, options, turn_of, outer)
-        }
+        Ok(true) => Ok(()),
         Ok(false) => Err(LockError::KindMismatch {
-            key,
+            key: key.to_owned(),
             asked: kind.name(),
             found: format!("{}, held around this call", held.name()),
             found_by: KindFoundBy::HeldAround,
         }),
-        Err(message) => Err(LockError::Invalid { key, message }),
+        Err(message) => Err(LockError::Invalid {
+            key: key.to_owned(),
+            message,
+        }),
     }
 }
 

@@ -16,9 +16,9 @@ use std::panic::Location;
 use tracing::{Instrument, Span};
 
 use super::outcome::Report;
-use super::phase::{admit, call_span, note_kind, wait_turn};
+use super::phase::{admit, call_span, note_kind, reenters, wait_turn};
 use crate::client::{ClientRef, LockClient};
-use crate::error::{KindFoundBy, LockError};
+use crate::error::LockError;
 use crate::held::{Frame, Grant, HeldLock, Loss};
 use crate::kind::{Claim, Kind};
 use crate::options::LockOptions;
@@ -163,25 +163,6 @@ async fn take_keys(
         });
     }
     Ok(())
-}
-
-/// Whether the hold `frame` around the call lets a call of `kind` on `key`
-/// in: the same rules as for one key.
-fn reenters(frame: &Frame, kind: Kind, key: &str) -> Result<(), LockError> {
-    let held = frame.held().kind;
-    match held.reenters(kind) {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(LockError::KindMismatch {
-            key: key.to_owned(),
-            asked: kind.name(),
-            found: format!("{}, held around this call", held.name()),
-            found_by: KindFoundBy::HeldAround,
-        }),
-        Err(message) => Err(LockError::Invalid {
-            key: key.to_owned(),
-            message,
-        }),
-    }
 }
 
 /// Re-enters the hold `turn_of` around the call on `key`, on top of the

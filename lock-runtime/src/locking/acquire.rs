@@ -17,8 +17,16 @@ use crate::route::{BackendError, Lane};
 use crate::telemetry;
 
 /// How long a waiter sleeps when the holder's lock has no expiry (someone
-/// changed the key by hand), before it tries again (one key or a set).
-pub(super) const NO_TTL_RETRY: Duration = Duration::from_millis(100);
+/// changed the key by hand), before it tries again.
+const NO_TTL_RETRY: Duration = Duration::from_millis(100);
+
+/// When a waiter refused at `now` by a holder with `ttl` left (`None`: no
+/// expiry) tries again, at the latest at `deadline` (a TTL set by hand may
+/// be beyond any deadline); one key or a set.
+pub(super) fn next_try(now: Instant, ttl: Option<Duration>, deadline: Instant) -> Instant {
+    let ttl = ttl.unwrap_or(NO_TTL_RETRY).max(Duration::from_millis(1));
+    now.checked_add(ttl).map_or(deadline, |at| at.min(deadline))
+}
 
 /// One call's request to take a lock.
 pub(crate) struct Request {
@@ -271,11 +279,7 @@ impl Line<'_> {
                         place.armed = matches!(refused, Acquire::Queued { .. });
                         beat_at = Instant::now() + heartbeat;
                         telemetry::waiting(refused.holder_ttl(), *self.attempts);
-                        let ttl = ttl.unwrap_or(NO_TTL_RETRY).max(Duration::from_millis(1));
-                        // A TTL set by hand may be beyond any deadline.
-                        retry_at = Instant::now()
-                            .checked_add(ttl)
-                            .map_or(deadline, |at| at.min(deadline));
+                        retry_at = next_try(Instant::now(), ttl, deadline);
                     }
                     Ok(answer) => {
                         place.armed = false;

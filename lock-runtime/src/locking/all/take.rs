@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::super::acquire::{failed, not_replicated_error, timed_out, NO_TTL_RETRY};
+use super::super::acquire::{failed, next_try, not_replicated_error, timed_out};
 use super::super::give_back;
 use crate::backend::FailedOn;
 use crate::client::LockClient;
@@ -121,8 +121,7 @@ impl Set<'_> {
                     if once || now >= deadline {
                         return Err(self.timed_out(index, now - start));
                     }
-                    let ttl = ttl.unwrap_or(NO_TTL_RETRY).max(Duration::from_millis(1));
-                    retry_at = now.checked_add(ttl).map_or(deadline, |at| at.min(deadline));
+                    retry_at = next_try(now, ttl, deadline);
                     if line.as_ref().is_none_or(|(at, _)| *at != index) {
                         break 'pass Some(index);
                     }

@@ -2,8 +2,9 @@
 //! master killed (`kill -9`): every answer a call gives is acted on as the
 //! operations guide's table says, and the money adds up.
 //!
-//! 20 accounts, 2 clients (each its own connections and client id, as two
-//! processes) × 16 tasks. A transfer is one `run_locked_all_outcome` over
+//! 20 accounts, 2 processes × 16 tasks (the processes are this test
+//! binary started again to run [`transfer_worker`]; each prints its
+//! transfers and their answers, one line each, when told to stop). A transfer is one `run_locked_all_outcome` over
 //! `account:<from>` and `account:<to>`, whose body makes two fenced writes,
 //! the debit and the credit: each adds to the account's balance and
 //! records the transfer's id with the amount in the account's own slot, in
@@ -53,13 +54,14 @@ const PHASE: Duration = Duration::from_millis(1500);
 /// Every wait on the cluster's state.
 const LIMIT: Duration = Duration::from_secs(30);
 
-/// How a transfer's call ended, by the guide's table.
+/// How a transfer's call ended, by the guide's table; the errors by their
+/// kind (see [`kind_of`]).
 #[derive(Debug)]
 enum Verdict {
     /// The body ran to its end and both writes ran.
     Done,
     /// The body never began: nothing ran.
-    NotRun(LockError),
+    NotRun(String),
     /// A write may have run: settled from the records.
     Unknown(String),
 }
@@ -129,7 +131,7 @@ async fn transfer(client: &LockClient, id: String, from: u64, to: u64, amount: i
         .await;
     let verdict = match outcome {
         Outcome::Held(Ok(())) | Outcome::RanButLost { body: Ok(()), .. } => Verdict::Done,
-        Outcome::NotRun(error) => Verdict::NotRun(error),
+        Outcome::NotRun(error) => Verdict::NotRun(kind_of(&error)),
         Outcome::Held(Err(error)) => Verdict::Unknown(format!("Held/{}", kind_of(&error))),
         Outcome::RanButLost {
             body: Err(body),
@@ -244,32 +246,173 @@ fn kind_of(error: &LockError) -> String {
     }
 }
 
-async fn run(synced: bool, seed: u64) -> Report {
-    let mut cluster = RedisCluster::start();
-    let urls = cluster.urls();
-    let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
-    let mut clients = Vec::new();
-    for _ in 0..CLIENTS {
+/// The prefix of a worker's own lines (libtest prints its own).
+const SAYS: &str = "transfer-worker ";
+
+impl Transfer {
+    /// One line of a worker's output.
+    fn line(&self) -> String {
+        let (verdict, kind) = match &self.verdict {
+            Verdict::Done => ("done", "-"),
+            Verdict::NotRun(kind) => ("not_run", kind.as_str()),
+            Verdict::Unknown(kind) => ("unknown", kind.as_str()),
+        };
+        let Transfer {
+            id,
+            from,
+            to,
+            amount,
+            ..
+        } = self;
+        format!("{SAYS}transfer {id} {from} {to} {amount} {verdict} {kind}")
+    }
+
+    fn parse(line: &str) -> Option<Transfer> {
+        let rest = line.strip_prefix(SAYS)?.strip_prefix("transfer ")?;
+        let words: Vec<&str> = rest.splitn(6, ' ').collect();
+        let [id, from, to, amount, verdict, kind] = words.as_slice() else {
+            return None;
+        };
+        let verdict = match *verdict {
+            "done" => Verdict::Done,
+            "not_run" => Verdict::NotRun((*kind).to_owned()),
+            _ => Verdict::Unknown((*kind).to_owned()),
+        };
+        Some(Transfer {
+            id: (*id).to_owned(),
+            from: from.parse().ok()?,
+            to: to.parse().ok()?,
+            amount: amount.parse().ok()?,
+            verdict,
+        })
+    }
+}
+
+/// The worker process, when started by a test below (`TRANSFER_WORKER` is
+/// its name); nothing otherwise. It runs [`TASKS`] tasks of transfers on
+/// the cluster at `TRANSFER_URLS` until a line comes on its stdin (or it
+/// closes), then prints every transfer and its answer.
+#[test]
+#[ignore = "a transfer service's process, started by the tests of this file"]
+fn transfer_worker() {
+    let Ok(name) = std::env::var("TRANSFER_WORKER") else {
+        return;
+    };
+    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} is set"));
+    let urls = var("TRANSFER_URLS");
+    let seeds: Vec<&str> = urls.split(',').collect();
+    let synced = var("TRANSFER_SYNCED") == "1";
+    let seed: u64 = var("TRANSFER_SEED").parse().expect("a seed");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
         let mut builder = LockClient::builder().connect_timeout(Duration::from_secs(5));
         if synced {
             builder = builder.sync_replicas(1, Duration::from_millis(200));
         }
-        clients.push(builder.cluster(&seeds).await.expect("cluster connect"));
-    }
-    let stop = Arc::new(AtomicBool::new(false));
-    let made = Arc::new(Mutex::new(Vec::new()));
-    let mut tasks = Vec::new();
-    for (c, client) in clients.iter().enumerate() {
-        for t in 0..TASKS {
-            let seed = seed ^ ((c * TASKS + t) as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            tasks.push(tokio::spawn(task(
-                client.clone(),
-                format!("c{c}t{t}"),
-                seed,
-                stop.clone(),
-                made.clone(),
-            )));
+        let client = builder.cluster(&seeds).await.expect("cluster connect");
+        let stop = Arc::new(AtomicBool::new(false));
+        let made = Arc::new(Mutex::new(Vec::new()));
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|t| {
+                let seed = seed ^ (t as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                let name = format!("{name}t{t}");
+                tokio::spawn(task(client.clone(), name, seed, stop.clone(), made.clone()))
+            })
+            .collect();
+        println!("{SAYS}ready");
+        // Any line, or the end of stdin, stops the transfers.
+        let _ = tokio::task::spawn_blocking(|| {
+            let mut line = String::new();
+            std::io::stdin().read_line(&mut line)
+        })
+        .await;
+        stop.store(true, Ordering::Relaxed);
+        for task in tasks {
+            task.await.expect("transfer task");
         }
+        for transfer in made.lock().unwrap_or_else(PoisonError::into_inner).iter() {
+            println!("{}", transfer.line());
+        }
+        println!("{SAYS}end");
+    });
+}
+
+/// A worker process, killed by pid on drop (a failing test leaves none).
+struct Worker {
+    child: tokio::process::Child,
+    lines: tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+}
+
+impl Worker {
+    fn start(name: &str, urls: &[String], synced: bool, seed: u64) -> Worker {
+        let mut command =
+            tokio::process::Command::new(std::env::current_exe().expect("this test binary"));
+        command
+            .args([
+                "transfer_worker",
+                "--exact",
+                "--include-ignored",
+                "--nocapture",
+            ])
+            .args(["--test-threads", "1"])
+            .env("TRANSFER_WORKER", name)
+            .env("TRANSFER_URLS", urls.join(","))
+            .env("TRANSFER_SYNCED", if synced { "1" } else { "0" })
+            .env("TRANSFER_SEED", seed.to_string())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().expect("start a worker");
+        let stdout = child.stdout.take().expect("piped");
+        let lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+        Worker { child, lines }
+    }
+
+    /// The worker's next line of its own; panics at its end or after
+    /// [`LIMIT`].
+    async fn next(&mut self) -> String {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let line = tokio::time::timeout_at(deadline, self.lines.next_line())
+                .await
+                .unwrap_or_else(|_| panic!("no line from a worker within {LIMIT:?}"))
+                .expect("read a worker's output")
+                .expect("a worker ended early");
+            // libtest's own `test transfer_worker ... ` may come first.
+            if let Some(at) = line.find(SAYS) {
+                return line[at..].to_owned();
+            }
+        }
+    }
+
+    /// Tells the worker to stop, and its transfers.
+    async fn transfers(mut self) -> Vec<Transfer> {
+        drop(self.child.stdin.take());
+        let mut made = Vec::new();
+        loop {
+            let line = self.next().await;
+            if line == format!("{SAYS}end") {
+                break;
+            }
+            made.push(Transfer::parse(&line).unwrap_or_else(|| panic!("a worker said {line}")));
+        }
+        let _ = self.child.wait().await;
+        made
+    }
+}
+
+async fn run(synced: bool, seed: u64) -> Report {
+    let mut cluster = RedisCluster::start();
+    let urls = cluster.urls();
+    let mut workers: Vec<Worker> = (0..CLIENTS)
+        .map(|c| Worker::start(&format!("p{c}"), &urls, synced, seed ^ c as u64))
+        .collect();
+    for worker in &mut workers {
+        assert_eq!(worker.next().await, format!("{SAYS}ready"));
     }
     tokio::time::sleep(PHASE).await;
     // A planned failover of the first master.
@@ -286,19 +429,24 @@ async fn run(synced: bool, seed: u64) -> Report {
     wait_master(&cluster, successor);
     cluster.nodes[killed].restart(true).expect("restart");
     tokio::time::sleep(PHASE).await;
-    stop.store(true, Ordering::Relaxed);
-    for task in tasks {
-        task.await.expect("transfer task");
+    let mut made = Vec::new();
+    for worker in workers {
+        made.extend(worker.transfers().await);
     }
     cluster.wait_ok();
-    let made = std::mem::take(&mut *made.lock().unwrap_or_else(PoisonError::into_inner));
+    let seeds: Vec<&str> = urls.iter().map(String::as_str).collect();
+    let client = LockClient::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .cluster(&seeds)
+        .await
+        .expect("cluster connect");
     let mut con = redis::cluster::ClusterClient::new(urls.clone())
         .expect("cluster client")
         .get_async_connection()
         .await
         .expect("cluster connection");
     let books = read_books(&mut con).await;
-    settle(&clients[0], synced, &made, &books).await
+    settle(&client, synced, &made, &books).await
 }
 
 /// Checks the books against the answers, completes every transfer found
@@ -330,10 +478,7 @@ async fn settle(client: &LockClient, synced: bool, made: &[Transfer], books: &Bo
             }
             Verdict::NotRun(error) => {
                 report.not_run += 1;
-                *report
-                    .errors
-                    .entry(format!("NotRun/{}", kind_of(error)))
-                    .or_default() += 1;
+                *report.errors.entry(format!("NotRun/{error}")).or_default() += 1;
                 assert!(
                     !debited && !credited,
                     "{}: answered not run ({error}), but a write ran",

@@ -215,12 +215,7 @@ fn release(x: &mut Executor, owner: &str, token: u64) -> i64 {
 /// renew.lua for the one lock at KEY, as the watchdog sends it: the indexes
 /// of the locks not renewed.
 fn renew(x: &mut Executor, owner: &str, token: u64, lease_ms: u64) -> Vec<i64> {
-    script("renew")
-        .key(KEY)
-        .arg(lease_ms)
-        .arg(format!("L1:{token}:h:{owner}"))
-        .invoke(x)
-        .expect("renew.lua")
+    support::renew_one(x, KEY, (owner, token), lease_ms)
 }
 
 /// A renewal that reaches the node after the release that kept the hold

@@ -234,22 +234,7 @@ async fn release_with_a_lost_answer(
     lock_runtime::Outcome<&'static str, LockError>,
     lock_testkit::Server,
 ) {
-    let server = lock_testkit::Server::tcp(&[]);
-    let proxy =
-        lock_testkit::Proxy::start(([127, 0, 0, 1], server.port()).into()).expect("the proxy");
-    let client = LockClient::builder()
-        .command_timeout(Duration::from_secs(5))
-        .connect(&format!("redis://{}/", proxy.addr()))
-        .await
-        .expect("connect through the proxy");
-    // Calls that make every connection the release may use (this
-    // runtime's own is made after the first call) before any is muted.
-    for _ in 0..3 {
-        client
-            .run_locked("warm", LockOptions::new(), async { Ok::<_, LockError>(()) })
-            .await
-            .expect("a call before the mute");
-    }
+    let (server, proxy, client) = support::proxied_client(Duration::from_secs(5)).await;
     let proxy = std::sync::Arc::new(proxy);
     let (muted, when_muted) = std::sync::mpsc::channel::<()>();
     // Once Redis ran the release (the lock is free there), the connection

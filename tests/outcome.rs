@@ -98,23 +98,7 @@ async fn a_body_that_never_began_is_not_run() {
 /// lost before the body's first poll, and the body never begins.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_found_lost_before_the_first_poll_is_not_run() {
-    let server = lock_testkit::Server::tcp(&[]);
-    let proxy =
-        lock_testkit::Proxy::start(([127, 0, 0, 1], server.port()).into()).expect("the proxy");
-    let client = LockClient::builder()
-        .command_timeout(Duration::from_secs(10))
-        .connect(&format!("redis://{}/", proxy.addr()))
-        .await
-        .expect("connect through the proxy");
-    // Calls that make every connection the call may use before the freeze.
-    for _ in 0..3 {
-        client
-            .run_locked("o:warm", LockOptions::new(), async {
-                Ok::<_, LockError>(())
-            })
-            .await
-            .expect("a call before the freeze");
-    }
+    let (_server, proxy, client) = support::proxied_client(Duration::from_secs(10)).await;
     let lease = Duration::from_millis(500);
     proxy.freeze();
     let proxy = Arc::new(proxy);

@@ -137,12 +137,7 @@ fn a_stale_release_cannot_free_a_later_hold(x: &mut Executor) {
 /// renew.lua's answer for one lock: empty when renewed, else
 /// `[4 + why]` (why: 0 taken, 1 gone, 2 freed by an operator).
 fn renew_one(x: &mut Executor, owner: &str, token: i64) -> Vec<i64> {
-    script("renew")
-        .key(KEY)
-        .arg(LEASE_MS)
-        .arg(format!("L1:{token}:h:{owner}"))
-        .invoke(x)
-        .expect("renew.lua")
+    support::renew_one(x, KEY, (owner, token as u64), LEASE_MS)
 }
 
 fn who_freed_a_lock_outlives_the_next_acquire(x: &mut Executor) {

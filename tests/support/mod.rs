@@ -478,6 +478,48 @@ pub fn renew_locks(
     (1..=locks.len()).map(|i| !failed.contains(&i)).collect()
 }
 
+/// A fresh server and a client of it through a [`lock_testkit::Proxy`]
+/// (to freeze, mute or cut its connections), with `command_timeout`, after
+/// three calls that make every connection a call may use (this runtime's
+/// own is made after the first).
+pub async fn proxied_client(
+    command_timeout: Duration,
+) -> (Server, lock_testkit::Proxy, LockClient) {
+    let server = Server::tcp(&[]);
+    let proxy =
+        lock_testkit::Proxy::start(([127, 0, 0, 1], server.port()).into()).expect("the proxy");
+    let client = LockClient::builder()
+        .command_timeout(command_timeout)
+        .connect(&format!("redis://{}/", proxy.addr()))
+        .await
+        .expect("connect through the proxy");
+    for _ in 0..3 {
+        client
+            .run_locked("warm", LockOptions::new(), async { Ok::<_, LockError>(()) })
+            .await
+            .expect("a call before the fault");
+    }
+    (server, proxy, client)
+}
+
+/// renew.lua on the one lock `key` of `owner` (acquired with `token`), as
+/// the watchdog sends it: 4 * 1 + why when it is not renewed (see
+/// renew.lua), nothing when it is.
+pub fn renew_one(
+    con: &mut impl redis::ConnectionLike,
+    key: &str,
+    (owner, token): (&str, u64),
+    lease_ms: u64,
+) -> Vec<i64> {
+    let source = lock_runtime::__private::script_source("renew").expect("renew.lua");
+    redis::Script::new(source)
+        .key(key)
+        .arg(lease_ms)
+        .arg(format!("L1:{token}:h:{owner}"))
+        .invoke(con)
+        .expect("renew.lua")
+}
+
 /// release.lua's answer as one integer: 1 freed, -1 gone, -2 freed by the
 /// same owner's earlier release, -3 freed by an operator, -4 taken (also
 /// for `{-4, fence}`, another owner holding it now).
